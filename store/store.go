@@ -1,0 +1,192 @@
+// Package store opens Switchyard's one SQLite file and owns everything
+// dialect-specific: the connection set-up, pragmas, write transactions with
+// group commit, the clock, lease locks, settings and the migration runner.
+//
+// The domain packages write portable SQL with ? placeholders and keep times
+// as store.Timestamp, so the same code can run on PostgreSQL behind this seam
+// (goqite has a PostgreSQL flavour; see Dialect).
+//
+// Writes go through one writer connection: DB.Tx runs the caller's function
+// inside a shared immediate transaction together with the functions of other
+// concurrent callers (each in its own savepoint) and commits them with one
+// fsync. A nil error from Tx means the caller's writes are committed. Reads go
+// to a separate pool of read-only connections (DB.Read), which WAL lets run
+// beside the writer.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"runtime"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Dialect names the SQL flavour behind the store.
+type Dialect string
+
+// DialectSQLite is the only dialect this build opens; PostgreSQL is the planned second.
+const DialectSQLite Dialect = "sqlite"
+
+// Synchronous modes that Open accepts (SQLite's PRAGMA synchronous).
+const (
+	SyncFull   = "FULL"
+	SyncNormal = "NORMAL"
+)
+
+// Options configure Open. Zero values get defaults.
+type Options struct {
+	// Path of the SQLite file; created when missing.
+	Path string
+	// Synchronous is FULL (default: a commit survives a power cut) or NORMAL.
+	Synchronous string
+	// BusyTimeout is how long a statement waits for another process's lock (default 10 s).
+	BusyTimeout time.Duration
+	// ReadConns is the size of the read pool (default: max(4, 2×CPUs)).
+	ReadConns int
+	// MaxBatch caps how many callers share one commit (default 256).
+	MaxBatch int
+	// Clock tells the time; nil means the system clock.
+	Clock Clock
+	// Logger gets store events; nil discards them.
+	Logger *slog.Logger
+}
+
+// DB is an open Switchyard database.
+type DB struct {
+	// Write is the single writer connection. Use Tx for writes; the raw handle
+	// exists for libraries that begin their own transactions (goose, goqite).
+	Write *sql.DB
+	// Read is a pool of read-only connections.
+	Read *sql.DB
+	// Clock tells the time for every domain rule.
+	Clock Clock
+	// Dialect of the database behind Write and Read.
+	Dialect Dialect
+
+	path    string
+	log     *slog.Logger
+	batcher *batcher
+}
+
+// Open opens (creating if needed) the SQLite file at opts.Path with WAL,
+// foreign keys, a busy timeout and the configured synchronous mode. It does
+// not migrate; call Migrate.
+func Open(ctx context.Context, opts Options) (*DB, error) {
+	if opts.Path == "" {
+		return nil, errors.New("store: empty database path")
+	}
+	sync := strings.ToUpper(opts.Synchronous)
+	switch sync {
+	case "":
+		sync = SyncFull
+	case SyncFull, SyncNormal:
+	default:
+		return nil, fmt.Errorf("store: synchronous must be FULL or NORMAL, not %q", opts.Synchronous)
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 10 * time.Second
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = max(4, 2*runtime.NumCPU())
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 256
+	}
+	if opts.Clock == nil {
+		opts.Clock = SystemClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+
+	pragmas := []string{
+		fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()),
+		"journal_mode(WAL)",
+		"foreign_keys(ON)",
+		"synchronous(" + sync + ")",
+	}
+	write, err := sql.Open("sqlite", dsn(opts.Path, "immediate", pragmas))
+	if err != nil {
+		return nil, fmt.Errorf("store: open writer: %w", err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	write.SetConnMaxIdleTime(0)
+	if err := write.PingContext(ctx); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("store: open %s: %w", opts.Path, err)
+	}
+
+	read, err := sql.Open("sqlite", dsn(opts.Path, "deferred", append(pragmas[:1:1], "foreign_keys(ON)", "query_only(ON)")))
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("store: open readers: %w", err)
+	}
+	read.SetMaxOpenConns(opts.ReadConns)
+	read.SetMaxIdleConns(opts.ReadConns)
+
+	db := &DB{
+		Write:   write,
+		Read:    read,
+		Clock:   opts.Clock,
+		Dialect: DialectSQLite,
+		path:    opts.Path,
+		log:     opts.Logger,
+	}
+	db.batcher = newBatcher(write, opts.MaxBatch)
+	return db, nil
+}
+
+func dsn(path, txlock string, pragmas []string) string {
+	q := url.Values{}
+	q.Set("_txlock", txlock)
+	for _, p := range pragmas {
+		q.Add("_pragma", p)
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+// Path returns the database file's path.
+func (db *DB) Path() string { return db.path }
+
+// Close stops the committer, then closes both pools. Transactions already
+// queued are committed first.
+func (db *DB) Close() error {
+	db.batcher.close()
+	return errors.Join(db.Read.Close(), db.Write.Close())
+}
+
+// Now is shorthand for db.Clock.Now().UTC().
+func (db *DB) Now() time.Time { return db.Clock.Now().UTC() }
+
+// CheckWritable proves the database takes writes by rewriting a heartbeat row.
+func (db *DB) CheckWritable(ctx context.Context) error {
+	return db.Tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx,
+			`insert into store_heartbeat (id, at) values (1, ?) on conflict (id) do update set at = excluded.at`,
+			Timestamp{db.Now()})
+		return err
+	})
+}
+
+// IsFull reports whether err is SQLite's "database or disk is full".
+func IsFull(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "(13)") // SQLITE_FULL
+}
+
+// IsUniqueViolation reports whether err is a unique or primary-key constraint failure.
+func IsUniqueViolation(err error) bool {
+	if err == nil {
+		return false
+	}
+	s := err.Error()
+	return strings.Contains(s, "UNIQUE constraint failed") || strings.Contains(s, "(2067)") || strings.Contains(s, "(1555)")
+}

@@ -1,0 +1,202 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// ErrClosed is returned by Tx after Close.
+var ErrClosed = errors.New("store: database closed")
+
+// TxFunc is the body of a write transaction.
+type TxFunc func(tx *sql.Tx) error
+
+// Tx runs fn in a write transaction and returns once its writes are committed
+// (nil) or rolled back (the error). Concurrent callers share one transaction
+// and one commit (group commit): each fn runs in its own savepoint, so an
+// error in one rolls back that caller's writes only. fn must not block on
+// anything but the database, and must not call Tx itself.
+//
+// When the shared commit fails, every caller in the batch gets the error and
+// none of their writes are kept.
+func (db *DB) Tx(ctx context.Context, fn TxFunc) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	req := &txRequest{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	if err := db.batcher.submit(req); err != nil {
+		return err
+	}
+	return <-req.done
+}
+
+type txRequest struct {
+	ctx  context.Context
+	fn   TxFunc
+	done chan error
+}
+
+// batcher owns the writer connection's transactions. One goroutine takes every
+// request that is waiting, runs them one after another inside one BEGIN
+// IMMEDIATE … COMMIT, and answers each.
+type batcher struct {
+	db       *sql.DB
+	maxBatch int
+
+	mu      sync.Mutex
+	closed  bool
+	pending chan *txRequest
+	stopped chan struct{}
+}
+
+func newBatcher(db *sql.DB, maxBatch int) *batcher {
+	b := &batcher{
+		db:       db,
+		maxBatch: maxBatch,
+		pending:  make(chan *txRequest, 4*maxBatch),
+		stopped:  make(chan struct{}),
+	}
+	go b.run()
+	return b
+}
+
+func (b *batcher) submit(req *txRequest) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	b.pending <- req
+	return nil
+}
+
+func (b *batcher) close() {
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.pending)
+	}
+	b.mu.Unlock()
+	<-b.stopped
+}
+
+func (b *batcher) run() {
+	defer close(b.stopped)
+	batch := make([]*txRequest, 0, b.maxBatch)
+	for first := range b.pending {
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < b.maxBatch {
+			select {
+			case req, ok := <-b.pending:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, req)
+			default:
+				break fill
+			}
+		}
+		b.commit(batch)
+	}
+}
+
+// commit runs one batch. A batch of one skips the savepoint.
+func (b *batcher) commit(batch []*txRequest) {
+	results := make([]error, len(batch))
+	live := 0
+	for i, req := range batch {
+		if err := req.ctx.Err(); err != nil {
+			results[i] = err
+			continue
+		}
+		live++
+	}
+	if live == 0 {
+		answer(batch, results)
+		return
+	}
+
+	tx, err := b.db.Begin() // BEGIN IMMEDIATE (the writer's _txlock)
+	if err != nil {
+		fail(batch, results, fmt.Errorf("store: begin: %w", err))
+		return
+	}
+	single := live == 1
+	for i, req := range batch {
+		if results[i] != nil {
+			continue
+		}
+		if single {
+			results[i] = run(req, tx)
+			continue
+		}
+		if _, err := tx.Exec("savepoint sw"); err != nil {
+			_ = tx.Rollback()
+			fail(batch, results, fmt.Errorf("store: savepoint: %w", err))
+			return
+		}
+		if results[i] = run(req, tx); results[i] != nil {
+			if _, err := tx.Exec("rollback to sw"); err != nil {
+				// SQLite rolled the whole transaction back (disk full, I/O error):
+				// nothing of this batch is kept.
+				_ = tx.Rollback()
+				fail(batch, results, fmt.Errorf("store: transaction aborted: %w", results[i]))
+				return
+			}
+		}
+		if _, err := tx.Exec("release sw"); err != nil {
+			_ = tx.Rollback()
+			fail(batch, results, fmt.Errorf("store: release savepoint: %w", err))
+			return
+		}
+	}
+	if single && firstErr(results) != nil {
+		_ = tx.Rollback()
+		answer(batch, results)
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		_ = tx.Rollback()
+		fail(batch, results, fmt.Errorf("store: commit: %w", err))
+		return
+	}
+	answer(batch, results)
+}
+
+func run(req *txRequest, tx *sql.Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("store: transaction function panicked: %v", p)
+		}
+	}()
+	return req.fn(tx)
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fail answers err to every caller that had not failed on its own already.
+func fail(batch []*txRequest, results []error, err error) {
+	for i := range results {
+		if results[i] == nil {
+			results[i] = err
+		}
+	}
+	answer(batch, results)
+}
+
+func answer(batch []*txRequest, results []error) {
+	for i, req := range batch {
+		req.done <- results[i]
+	}
+}

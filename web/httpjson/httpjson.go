@@ -1,0 +1,147 @@
+// Package httpjson is the one place where Switchyard's HTTP handlers turn
+// values into JSON responses, decode JSON bodies and map errors to statuses.
+// Every 4xx and 5xx body has the shape {"error":{"code":"…","message":"…"}}.
+// Only 5xx answers are logged, as errors.
+package httpjson
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+)
+
+// Error is an error with an HTTP status and a stable machine-readable code.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Errorf makes an *Error.
+func Errorf(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// BadRequest is a 400 with code "bad_request".
+func BadRequest(format string, args ...any) *Error {
+	return Errorf(http.StatusBadRequest, "bad_request", format, args...)
+}
+
+// NotFound is a 404 with code "not_found".
+func NotFound(format string, args ...any) *Error {
+	return Errorf(http.StatusNotFound, "not_found", format, args...)
+}
+
+// Conflict is a 409 with code "conflict".
+func Conflict(format string, args ...any) *Error {
+	return Errorf(http.StatusConflict, "conflict", format, args...)
+}
+
+// Unauthorized is the 401 every guard answers; it never says what was wrong.
+func Unauthorized() *Error {
+	return Errorf(http.StatusUnauthorized, "unauthorized", "missing or invalid credentials")
+}
+
+// Unavailable is a 503 with code "unavailable": the caller should try again.
+func Unavailable(format string, args ...any) *Error {
+	return Errorf(http.StatusServiceUnavailable, "unavailable", format, args...)
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// Write sends v as JSON with the given status.
+func Write(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// WriteError maps err to a status and writes the JSON error body. Errors that
+// are not *Error become 500 with a generic message, and are logged.
+func WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		herr  *Error
+		maxed *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &herr):
+	case errors.As(err, &maxed):
+		herr = Errorf(http.StatusRequestEntityTooLarge, "body_too_large", "request body is larger than %d bytes", maxed.Limit)
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		herr = Errorf(499, "client_closed", "client closed the request")
+	default:
+		herr = Errorf(http.StatusInternalServerError, "internal", "internal error")
+	}
+	if herr.Status >= 500 {
+		Logger(r.Context()).ErrorContext(r.Context(), "request failed",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", herr.Status), slog.Any("err", err))
+	}
+	var body errorBody
+	body.Error.Code, body.Error.Message = herr.Code, herr.Message
+	Write(w, herr.Status, body)
+}
+
+// Decode reads one JSON value from the request body into v. Malformed JSON,
+// unknown fields, trailing data or an empty body are a 400; a body over the
+// server's cap is a 413.
+func Decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var maxed *http.MaxBytesError
+		if errors.As(err, &maxed) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			return BadRequest("request body is empty; JSON expected")
+		}
+		return BadRequest("malformed JSON: %v", err)
+	}
+	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+		var maxed *http.MaxBytesError
+		if errors.As(err, &maxed) {
+			return err
+		}
+		return BadRequest("malformed JSON: more than one value in the body")
+	}
+	return nil
+}
+
+// HandlerFunc is an HTTP handler that returns its error instead of writing it.
+type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// ServeHTTP calls f and writes its error, if any, with WriteError.
+func (f HandlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := f(w, r); err != nil {
+		WriteError(w, r, err)
+	}
+}
+
+type loggerKey struct{}
+
+// WithLogger returns ctx carrying the request's logger.
+func WithLogger(ctx context.Context, l *slog.Logger) context.Context {
+	return context.WithValue(ctx, loggerKey{}, l)
+}
+
+// Logger returns the request's logger, or slog.Default().
+func Logger(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
+		return l
+	}
+	return slog.Default()
+}
