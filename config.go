@@ -1,0 +1,183 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// allRoles are the workers one process can run; the admin API, console,
+// health and metrics are always served.
+var allRoles = []string{"backend", "bot", "referral", "inbound", "chat", "outbound"}
+
+// config is everything `serve` reads from flags and the environment.
+type config struct {
+	Addr            string
+	DB              string
+	LogFormat       string
+	LogLevel        string
+	Sync            string
+	Roles           []string
+	PublicURL       string
+	ShutdownTimeout time.Duration
+	BodyLimit       int64
+
+	// Secrets come from the environment only (flags show up in ps), or are
+	// generated on first start and kept in the database.
+	AdminToken    string
+	BotToBackend  string
+}
+
+// option is one flag with its environment fallback, so help can list both.
+type option struct {
+	flag, env, def, usage string
+	set                   func(string) error
+}
+
+type secretEnv struct{ env, usage string }
+
+var secretEnvs = []secretEnv{
+	{"SWITCHYARD_ADMIN_TOKEN", "admin token for /admin and /admin/api (generated on first start when unset)"},
+	{"BOT_TO_BACKEND_SECRET", "Bearer secret of the /bot/* contract (generated on first start when unset)"},
+}
+
+func (c *config) options(scope string) []option {
+	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
+	opts := []option{
+		{"db", "SWITCHYARD_DB", "./switchyard.db", "SQLite database file", str(&c.DB)},
+		{"sync", "SWITCHYARD_SYNC", "FULL", "SQLite synchronous mode: FULL (a commit survives power loss) or NORMAL", func(v string) error {
+			v = strings.ToUpper(v)
+			if v != "FULL" && v != "NORMAL" {
+				return fmt.Errorf("must be FULL or NORMAL")
+			}
+			c.Sync = v
+			return nil
+		}},
+		{"log-format", "SWITCHYARD_LOG_FORMAT", "text", "log format: text or json", func(v string) error {
+			if v != "text" && v != "json" {
+				return fmt.Errorf("must be text or json")
+			}
+			c.LogFormat = v
+			return nil
+		}},
+		{"log-level", "SWITCHYARD_LOG_LEVEL", "info", "log level: debug, info, warn or error", func(v string) error {
+			switch v {
+			case "debug", "info", "warn", "error":
+				c.LogLevel = v
+				return nil
+			}
+			return fmt.Errorf("must be debug, info, warn or error")
+		}},
+	}
+	if scope != "serve" {
+		return opts
+	}
+	return append(opts,
+		option{"addr", "SWITCHYARD_ADDR", "127.0.0.1:8080", "HTTP listen address", str(&c.Addr)},
+		option{"roles", "SWITCHYARD_ROLES", "all", "workers to run: all, or a comma-separated subset of " + strings.Join(allRoles, ","), c.setRoles},
+		option{"public-url", "SWITCHYARD_PUBLIC_URL", "", "URL the console is reached at, for printed links (default http://<addr>)", str(&c.PublicURL)},
+		option{"shutdown-timeout", "SWITCHYARD_SHUTDOWN_TIMEOUT", "15s", "how long in-flight requests and jobs may take to finish on SIGINT/SIGTERM", func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("must be a positive duration such as 15s")
+			}
+			c.ShutdownTimeout = d
+			return nil
+		}},
+		option{"body-limit", "SWITCHYARD_BODY_LIMIT", "1048576", "largest accepted request body in bytes (413 beyond)", func(v string) error {
+			var n int64
+			if _, err := fmt.Sscan(v, &n); err != nil || n <= 0 {
+				return fmt.Errorf("must be a positive number of bytes")
+			}
+			c.BodyLimit = n
+			return nil
+		}},
+	)
+}
+
+func (c *config) setRoles(v string) error {
+	v = strings.TrimSpace(v)
+	if v == "" || v == "all" {
+		c.Roles = slices.Clone(allRoles)
+		return nil
+	}
+	var roles []string
+	for _, r := range strings.Split(v, ",") {
+		r = strings.TrimSpace(r)
+		if !slices.Contains(allRoles, r) {
+			return fmt.Errorf("unknown role %q (known: %s)", r, strings.Join(allRoles, ", "))
+		}
+		if !slices.Contains(roles, r) {
+			roles = append(roles, r)
+		}
+	}
+	c.Roles = roles
+	return nil
+}
+
+// has reports whether this process runs role.
+func (c *config) has(role string) bool { return slices.Contains(c.Roles, role) }
+
+// parseConfig reads flags for the subcommand scope, falling back to the
+// environment, then to the defaults.
+func parseConfig(scope string, args []string, getenv func(string) string, help io.Writer) (*config, error) {
+	c := &config{}
+	opts := c.options(scope)
+	fs := flag.NewFlagSet("switchyard "+scope, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	given := map[string]*string{}
+	for _, o := range opts {
+		given[o.flag] = fs.String(o.flag, "", o.usage)
+	}
+	fs.Usage = func() { printUsage(help, scope, opts) }
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	for _, o := range opts {
+		v, from := o.def, "default"
+		if e := getenv(o.env); e != "" {
+			v, from = e, o.env
+		}
+		if explicit[o.flag] {
+			v, from = *given[o.flag], "--"+o.flag
+		}
+		if err := o.set(v); err != nil {
+			return nil, fmt.Errorf("%s (from %s): %w", o.flag, from, err)
+		}
+	}
+	c.AdminToken = getenv("SWITCHYARD_ADMIN_TOKEN")
+	c.BotToBackend = getenv("BOT_TO_BACKEND_SECRET")
+	return c, nil
+}
+
+func printUsage(w io.Writer, scope string, opts []option) {
+	fmt.Fprintf(w, "Usage: switchyard %s [options]\n\nOptions (a flag wins over its environment variable):\n", scope)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, o := range opts {
+		def := o.def
+		if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(tw, "  --%s\t%s\tdefault %s\t%s\n", o.flag, o.env, def, o.usage)
+	}
+	tw.Flush()
+	if scope == "serve" {
+		fmt.Fprintln(w, "\nSecrets (environment only, never flags):")
+		for _, s := range secretEnvs {
+			fmt.Fprintf(tw, "  %s\t%s\n", s.env, s.usage)
+		}
+		tw.Flush()
+	}
+}
+
+func getenv(k string) string { return os.Getenv(k) }

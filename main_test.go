@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds switchyard once per test run, so these tests drive the real
+// process: flags, environment, signals and all.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "switchyard-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "switchyard")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = &buildError{out: string(out), err: err}
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build: %v", buildErr)
+	}
+	return binPath
+}
+
+type buildError struct {
+	out string
+	err error
+}
+
+func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
+
+// process is a running switchyard serve.
+type process struct {
+	cmd    *exec.Cmd
+	base   string
+	token  string
+	stdout strings.Builder
+	mu     sync.Mutex
+	done   chan error
+}
+
+var (
+	runningAt = regexp.MustCompile(`running at (http://\S+)`)
+	tokenLine = regexp.MustCompile(`Admin token:\s+([0-9a-f]{64})`)
+)
+
+func start(t *testing.T, db string, env ...string) *process {
+	t.Helper()
+	cmd := exec.Command(binary(t), "serve", "--db", db, "--addr", "127.0.0.1:0", "--log-format", "json")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = io.Discard
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, done: make(chan error, 1)}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-p.done })
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		signalled := false
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.stdout.WriteString(line + "\n")
+			if m := runningAt.FindStringSubmatch(line); m != nil {
+				p.base = m[1]
+			}
+			if m := tokenLine.FindStringSubmatch(line); m != nil {
+				p.token = m[1]
+			}
+			if p.base != "" && strings.TrimSpace(line) == "" && !signalled {
+				signalled = true
+				close(ready)
+			}
+			p.mu.Unlock()
+		}
+		p.done <- cmd.Wait()
+	}()
+	select {
+	case <-ready:
+	case err := <-p.done:
+		p.done <- err
+		t.Fatalf("switchyard exited before it was ready: %v\n%s", err, p.stdout.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("switchyard did not print its banner in time:\n%s", p.stdout.String())
+	}
+	return p
+}
+
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Fatalf("switchyard exited with %v after SIGTERM", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("switchyard did not stop within 20 s of SIGTERM")
+	}
+}
+
+func waitHealthy(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s/healthz did not answer 200 within 10 s", base)
+}
+
+func TestServe(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "switchyard.db")
+
+	first := start(t, db)
+	waitHealthy(t, first.base)
+	if first.token == "" || !strings.Contains(first.stdout.String(), first.base+"/admin/login?token="+first.token) {
+		t.Fatalf("the banner does not show the admin URL and token:\n%s", first.stdout.String())
+	}
+	jar, _ := cookiejar.New(nil)
+	resp, err := (&http.Client{Jar: jar}).Get(first.base + "/admin/login?token=" + first.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Request.URL.Path != "/admin" {
+		t.Fatalf("the one-click login link led to %d %s", resp.StatusCode, resp.Request.URL)
+	}
+	first.stop(t)
+
+	second := start(t, db)
+	waitHealthy(t, second.base)
+	if second.token != first.token {
+		t.Fatalf("the second start printed another token: %q, first %q", second.token, first.token)
+	}
+	req, _ := http.NewRequest(http.MethodGet, second.base+"/admin/api/anything", nil)
+	req.Header.Set("Authorization", "Bearer "+first.token)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		t.Fatal("the first start's token is refused after a restart")
+	}
+	second.stop(t)
+
+	t.Run("a token from the environment is used and not printed", func(t *testing.T) {
+		p := start(t, db, "SWITCHYARD_ADMIN_TOKEN=from-the-environment-0123456789")
+		waitHealthy(t, p.base)
+		if strings.Contains(p.stdout.String(), "from-the-environment") || p.token != "" {
+			t.Fatalf("the banner shows a token from the environment:\n%s", p.stdout.String())
+		}
+		p.stop(t)
+	})
+}
+
+func TestMigrateCommand(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "m.db")
+	run := func() string {
+		out, err := exec.Command(binary(t), "migrate", "--db", db).CombinedOutput()
+		if err != nil {
+			t.Fatalf("migrate: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	if out := run(); !strings.Contains(out, "applied ") {
+		t.Fatalf("first migrate: %s", out)
+	}
+	if out := run(); !strings.Contains(out, "nothing to apply") {
+		t.Fatalf("second migrate applied something: %s", out)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"SWITCHYARD_ADDR": "0.0.0.0:9000", "SWITCHYARD_ROLES": "inbound, chat", "SWITCHYARD_SYNC": "normal"}
+	get := func(k string) string { return env[k] }
+	cfg, err := parseConfig("serve", []string{"--addr", "127.0.0.1:1"}, get, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Addr != "127.0.0.1:1" || cfg.Sync != "NORMAL" || strings.Join(cfg.Roles, ",") != "inbound,chat" || cfg.DB != "./switchyard.db" {
+		t.Fatalf("flag, env and default precedence wrong: %+v", cfg)
+	}
+	if _, err := parseConfig("serve", []string{"--roles", "inbound,nope"}, get, io.Discard); err == nil {
+		t.Fatal("an unknown role was accepted")
+	}
+	var help strings.Builder
+	if _, err := parseConfig("serve", []string{"--help"}, get, &help); err == nil || !strings.Contains(help.String(), "SWITCHYARD_ROLES") {
+		t.Fatalf("help does not list the environment names: %v\n%s", err, help.String())
+	}
+	if err := run(context.Background(), []string{"nonsense"}, io.Discard, io.Discard); err == nil {
+		t.Fatal("an unknown command was accepted")
+	}
+}

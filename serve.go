@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"switchyard/store"
+)
+
+func newLogger(cfg *config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	ho := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, ho))
+	}
+	return slog.New(slog.NewTextHandler(w, ho))
+}
+
+func openStore(ctx context.Context, cfg *config, log *slog.Logger) (*store.DB, error) {
+	return store.Open(ctx, store.Options{Path: cfg.DB, Synchronous: cfg.Sync, Logger: log})
+}
+
+func migrate(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
+	log := newLogger(cfg, stderr)
+	db, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	applied, err := db.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := db.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(stdout, "nothing to apply; schema at version %d\n", st.Current)
+		return nil
+	}
+	fmt.Fprintf(stdout, "applied %d migration(s) %v; schema at version %d\n", len(applied), applied, st.Current)
+	return nil
+}
+
+// secrets resolves each secret from the environment, or from the database,
+// generating it on first start. generated names the ones not from the environment.
+type secrets struct {
+	AdminToken, BotToBackend string
+	adminFromEnv             bool
+}
+
+func loadSecrets(ctx context.Context, db *store.DB, cfg *config) (secrets, error) {
+	s := secrets{AdminToken: cfg.AdminToken, BotToBackend: cfg.BotToBackend, adminFromEnv: cfg.AdminToken != ""}
+	for _, sec := range []struct {
+		key string
+		val *string
+	}{
+		{"secret.admin_token", &s.AdminToken},
+		{"secret.bot_to_backend", &s.BotToBackend},
+	} {
+		if *sec.val != "" {
+			continue
+		}
+		v, _, err := db.EnsureSecret(ctx, sec.key)
+		if err != nil {
+			return s, fmt.Errorf("secret %s: %w", sec.key, err)
+		}
+		*sec.val = v
+	}
+	return s, nil
+}
+
+// worker is a long-running part of the process (a consumer, a scheduler). Run
+// returns when ctx is cancelled, after finishing the work in hand.
+type worker interface {
+	Name() string
+	Run(ctx context.Context) error
+}
+
+func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
+	log := newLogger(cfg, stderr)
+	db, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			log.Error("close database", slog.Any("err", err))
+		}
+	}()
+	if applied, err := db.Migrate(ctx); err != nil {
+		return err
+	} else if len(applied) > 0 {
+		log.Info("migrations applied", slog.Any("versions", applied))
+	}
+	sec, err := loadSecrets(ctx, db, cfg)
+	if err != nil {
+		return err
+	}
+
+	app := wire(cfg, db, sec, log)
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	srv := &http.Server{
+		Handler:           app.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	base := cfg.PublicURL
+	if base == "" {
+		base = "http://" + ln.Addr().String()
+	}
+	printBanner(stdout, strings.TrimRight(base, "/"), sec)
+	log.Info("switchyard started", slog.String("addr", ln.Addr().String()), slog.String("db", cfg.DB),
+		slog.Any("roles", cfg.Roles), slog.String("version", version()))
+
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	var wg sync.WaitGroup
+	for _, wk := range app.workers {
+		wg.Go(func() {
+			if err := wk.Run(workCtx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("worker stopped", slog.String("worker", wk.Name()), slog.Any("err", err))
+			}
+		})
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", slog.Duration("timeout", cfg.ShutdownTimeout))
+	case err := <-serveErr:
+		stopWork()
+		wg.Wait()
+		return fmt.Errorf("http server: %w", err)
+	}
+
+	deadline, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(deadline); err != nil {
+		log.Warn("http shutdown incomplete", slog.Any("err", err))
+		_ = srv.Close()
+	}
+	stopWork()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-deadline.Done():
+		log.Warn("workers did not stop in time; their unacknowledged work is redelivered after restart")
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// printBanner tells the operator where the console is, once per start, on
+// stdout (never through the log).
+func printBanner(w io.Writer, base string, sec secrets) {
+	fmt.Fprintf(w, "\nSwitchyard is running at %s\n", base)
+	if sec.adminFromEnv {
+		fmt.Fprintf(w, "  Admin console: %s/admin (log in with SWITCHYARD_ADMIN_TOKEN)\n\n", base)
+		return
+	}
+	fmt.Fprintf(w, "  Admin console: %s/admin/login?token=%s\n", base, sec.AdminToken)
+	fmt.Fprintf(w, "  Admin token:   %s\n", sec.AdminToken)
+	fmt.Fprintf(w, "  (generated on first start and kept in the database; set SWITCHYARD_ADMIN_TOKEN to choose your own)\n\n")
+}

@@ -1,0 +1,168 @@
+// Package web is Switchyard's HTTP front: the router and its middleware,
+// admin authentication, health, readiness and metrics, and the admin console
+// (templ + htmx, assets embedded so the binary works offline). Domain packages
+// bring their own routes; web mounts them under the shared middleware.
+package web
+
+import (
+	"context"
+	"embed"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"switchyard/store"
+	"switchyard/web/httpjson"
+)
+
+// DefaultBodyLimit caps request bodies unless Options.BodyLimit says otherwise.
+const DefaultBodyLimit = 1 << 20
+
+//go:embed static
+var staticFS embed.FS
+
+// RoutesFunc registers routes on a router.
+type RoutesFunc func(r *mux.Router)
+
+// Options configure New.
+type Options struct {
+	DB         *store.DB
+	AdminToken string
+	Logger     *slog.Logger
+	// BodyLimit caps every request body (default 1 MiB; 413 beyond).
+	BodyLimit int64
+	Version   string
+	// Roles this process runs, shown in the console.
+	Roles []string
+	// Public routes are mounted on the root router and bring their own
+	// authentication (the bot guard, webhook secrets).
+	Public []RoutesFunc
+	// Admin routes are mounted on the /admin/api subrouter, behind the admin
+	// token and cross-origin protection.
+	Admin []RoutesFunc
+	// Queues lists the queues for the console; nil shows none.
+	Queues QueueListerFunc
+}
+
+// QueueListerFunc lists queue statistics for the console.
+type QueueListerFunc func(ctx context.Context) ([]QueueRow, error)
+
+// Server is the HTTP handler of a Switchyard process.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	auth    *auth
+	handler http.Handler
+}
+
+// New builds the router and its middleware.
+func New(opts Options) *Server {
+	if opts.DB == nil {
+		panic("web: nil DB")
+	}
+	if opts.AdminToken == "" {
+		panic("web: empty admin token")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.BodyLimit <= 0 {
+		opts.BodyLimit = DefaultBodyLimit
+	}
+	s := &Server{opts: opts, log: opts.Logger, auth: newAuth(opts.AdminToken, opts.DB.Now)}
+
+	r := mux.NewRouter()
+	r.Use(captureRoute)
+	r.NotFoundHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		return httpjson.NotFound("no such route")
+	})
+	r.MethodNotAllowedHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		return httpjson.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
+	})
+
+	r.Handle("/healthz", httpjson.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/readyz", httpjson.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/metrics", promhttp.Handler()).Methods(http.MethodGet)
+	static, _ := fs.Sub(staticFS, "static")
+	r.PathPrefix("/static/").Handler(cacheStatic(http.StripPrefix("/static/", http.FileServerFS(static)))).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/", http.RedirectHandler("/admin", http.StatusSeeOther)).Methods(http.MethodGet)
+
+	for _, mount := range opts.Public {
+		mount(r)
+	}
+
+	// Everything under /admin refuses cross-origin state changes.
+	csrf := http.NewCrossOriginProtection()
+	csrf.SetDenyHandler(httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		return httpjson.Errorf(http.StatusForbidden, "cross_origin", "cross-origin request refused")
+	}))
+
+	// The admin API has its own router behind the auth check, so that every
+	// path under /admin/api — even one that matches no route — answers 401
+	// to a caller without credentials.
+	apiRoot := mux.NewRouter()
+	apiRoot.Use(captureRoute)
+	apiRoot.NotFoundHandler = r.NotFoundHandler
+	apiRoot.MethodNotAllowedHandler = r.MethodNotAllowedHandler
+	api := apiRoot.PathPrefix("/admin/api").Subrouter()
+	for _, mount := range opts.Admin {
+		mount(api)
+	}
+	r.PathPrefix("/admin/api/").Handler(csrf.Handler(s.auth.requireAPI(apiRoot)))
+
+	admin := r.PathPrefix("/admin").Subrouter()
+	admin.Use(csrf.Handler)
+	admin.HandleFunc("/login", s.loginPage).Methods(http.MethodGet)
+	admin.HandleFunc("/login", s.login).Methods(http.MethodPost)
+	admin.HandleFunc("/logout", s.logout).Methods(http.MethodPost)
+	console := admin.NewRoute().Subrouter()
+	console.Use(s.auth.requireSession)
+	s.consoleRoutes(console)
+
+	var h http.Handler = r
+	h = capBodies(opts.BodyLimit, h)
+	h = securityHeaders(h)
+	h = recoverPanics(h)
+	h = observe(opts.Logger, h)
+	s.handler = h
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+func cacheStatic(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) error {
+	httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+// readyz answers 200 when the database takes writes and its schema is current.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.opts.DB.CheckWritable(ctx); err != nil {
+		s.log.WarnContext(ctx, "not ready: database not writable", slog.Any("err", err))
+		return httpjson.Unavailable("database is not writable")
+	}
+	st, err := s.opts.DB.MigrationStatus(ctx)
+	if err != nil {
+		s.log.WarnContext(ctx, "not ready: migration status", slog.Any("err", err))
+		return httpjson.Unavailable("cannot read the schema version")
+	}
+	if st.Pending() {
+		return httpjson.Unavailable("schema at version %d, %d expected; run switchyard migrate", st.Current, st.Latest)
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"status": "ready", "schemaVersion": st.Current})
+	return nil
+}
