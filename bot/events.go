@@ -1,0 +1,254 @@
+// Package bot is both halves of the bot outbox contract
+// (specs/bot-outbox-contract.ru.txt) in one binary: the backend's
+// transactional outbox bot_event_outbox with the /bot/* service API, the
+// minimal backend domain behind it (users, web notifications, connect
+// tokens), and the onboarding bot that consumes it.
+//
+// Guarantees of the backend half:
+//
+//   - An event exists if and only if its business change committed: the
+//     backend actions emit inside their own transaction (the *Tx emitters).
+//   - GET /bot/events/pending returns unprocessed, due events grouped by user
+//     (uid first, else Telegram id) and by id within a user, so a consumer that
+//     stops a user at its first failure keeps that user's order.
+//   - Nothing is lost: a retried event comes back after 60 s · 2^attempts; after
+//     BOT_OUTBOX_MAX_ATTEMPTS a registered event is dead-lettered (kept,
+//     logged with [bot-outbox][DEAD-LETTER], listed and redrivable in the admin
+//     API); any other type is closed so it stops blocking its user.
+//   - Ack is idempotent: processing an acked event again changes nothing, and
+//     a retry counts only for an event that was due.
+//   - Every /bot/* route checks the shared secret in constant time.
+//
+// EventType, Event and BackendClient are the one definition both sides use.
+package bot
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EventType is the kind of an outbox event. Values are persisted as strings
+// and never versioned: add, never rename.
+type EventType string
+
+// The event types of the contract, spelled as the spec spells them.
+const (
+	EventWalletConnected    EventType = "wallet_connected"
+	EventRegistered         EventType = "registered"
+	EventNewPartner         EventType = "new_partner"
+	EventStatusNftActivated EventType = "status_nft_activated"
+	// EventReactivation is reserved: the backend does not emit it on its own;
+	// operators can through the admin API.
+	EventReactivation EventType = "reactivation"
+	// EventStructOvertake is reserved like EventReactivation.
+	EventStructOvertake EventType = "struct_overtake"
+)
+
+// EventTypes lists every EventType in the spec's order.
+var EventTypes = []EventType{
+	EventWalletConnected, EventRegistered, EventNewPartner,
+	EventStatusNftActivated, EventReactivation, EventStructOvertake,
+}
+
+// Valid reports whether t is one of EventTypes.
+func (t EventType) Valid() bool {
+	for _, v := range EventTypes {
+		if t == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Constants of the contract, named as the spec names them.
+const (
+	// BOT_OUTBOX_MAX_ATTEMPTS is the number of retries after which an event is
+	// dead-lettered (registered) or closed (every other type).
+	BOT_OUTBOX_MAX_ATTEMPTS = 10
+	// BOT_OUTBOX_BACKOFF_BASE_SECONDS: a retried event is due again after
+	// BOT_OUTBOX_BACKOFF_BASE_SECONDS · 2^attempts seconds.
+	BOT_OUTBOX_BACKOFF_BASE_SECONDS = 60
+	// BOT_OUTBOX_DEFAULT_PENDING_LIMIT is the page size without ?limit=.
+	BOT_OUTBOX_DEFAULT_PENDING_LIMIT = 100
+	// BOT_OUTBOX_MAX_PENDING_LIMIT caps ?limit=; a larger limit is capped.
+	BOT_OUTBOX_MAX_PENDING_LIMIT = 500
+)
+
+// MaxPendingWait caps the long-poll ?wait= of GET /bot/events/pending.
+const MaxPendingWait = 30 * time.Second
+
+// EventID identifies an outbox event; ids are never reused.
+type EventID int64
+
+// UID is a backend user's id (the spec's magnet_uid).
+type UID int64
+
+// TelegramID is a Telegram user id: a bigint kept as decimal text, since it
+// may not fit a float64. In JSON it is written as a string and read from a
+// string or a number.
+type TelegramID string
+
+// ParseTelegramID checks that s is a positive decimal integer that fits an
+// int64 and returns it in canonical form.
+func ParseTelegramID(s string) (TelegramID, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n <= 0 {
+		return "", invalidf("telegram id %q is not a positive integer", s)
+	}
+	return TelegramID(strconv.FormatInt(n, 10)), nil
+}
+
+// UnmarshalJSON reads a Telegram id from a JSON string or number.
+func (t *TelegramID) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*t = ""
+		return nil
+	}
+	s := string(b)
+	if strings.HasPrefix(s, `"`) {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+	}
+	id, err := ParseTelegramID(s)
+	if err != nil {
+		return err
+	}
+	*t = id
+	return nil
+}
+
+// Event is one outbox event as GET /bot/events/pending returns it.
+type Event struct {
+	ID         EventID         `json:"id"`
+	EventType  EventType       `json:"eventType"`
+	TelegramID *TelegramID     `json:"telegramId"`
+	MagnetUID  *UID            `json:"magnetUid"`
+	Payload    json.RawMessage `json:"payload"`
+	CreatedAt  time.Time       `json:"createdAt"`
+	Attempts   int             `json:"attempts"`
+}
+
+// UserKey is the identity the pending order groups by: "uid:<n>" when the
+// event names a backend user, else "tg:<id>", else "" (an event about nobody).
+// In a pending page the events of one key are adjacent and in id order.
+func (e Event) UserKey() string {
+	return shortUserKey(e.MagnetUID, e.TelegramID)
+}
+
+func shortUserKey(uid *UID, tg *TelegramID) string {
+	switch {
+	case uid != nil:
+		return fmt.Sprintf("uid:%d", int64(*uid))
+	case tg != nil:
+		return "tg:" + string(*tg)
+	default:
+		return ""
+	}
+}
+
+// Target names the user an event is about. The zero value of a field is NULL
+// in the row; at least one field should be set for the per-user order to mean
+// anything.
+type Target struct {
+	MagnetUID  UID
+	TelegramID TelegramID
+}
+
+func (t Target) ptrs() (*UID, *TelegramID) {
+	var (
+		uid *UID
+		tg  *TelegramID
+	)
+	if t.MagnetUID != 0 {
+		uid = &t.MagnetUID
+	}
+	if t.TelegramID != "" {
+		tg = &t.TelegramID
+	}
+	return uid, tg
+}
+
+// userKey is the stored grouping key. The numbers are zero-padded so that the
+// text order of keys is the numeric order of ids within each kind.
+func userKey(uid *UID, tg *TelegramID) string {
+	switch {
+	case uid != nil:
+		return fmt.Sprintf("uid:%020d", int64(*uid))
+	case tg != nil:
+		n, _ := strconv.ParseInt(string(*tg), 10, 64)
+		return fmt.Sprintf("tg:%020d", n)
+	default:
+		return ""
+	}
+}
+
+// WalletConnectedPayload is the payload of wallet_connected.
+type WalletConnectedPayload struct {
+	Addr string `json:"addr"`
+}
+
+// RegisteredPayload is the payload of registered: the leader the user
+// registered under (nil for a user without a leader), so the bot can detect a
+// user who left for another leader.
+type RegisteredPayload struct {
+	LeaderUID  *UID   `json:"leaderUid"`
+	LeaderLink string `json:"leaderLink,omitempty"`
+}
+
+// NewPartnerPayload is the payload of new_partner, sent to the leader.
+type NewPartnerPayload struct {
+	PartnerUID  UID    `json:"partnerUid"`
+	PartnerName string `json:"partnerName"`
+	PartnerLink string `json:"partnerLink"`
+}
+
+// NftLevel is a status NFT level.
+type NftLevel string
+
+// The status NFT levels.
+const (
+	NftLP1 NftLevel = "lp1"
+	NftLP2 NftLevel = "lp2"
+)
+
+// StatusNftActivatedPayload is the payload of status_nft_activated.
+type StatusNftActivatedPayload struct {
+	Level NftLevel `json:"level"`
+}
+
+// Error is a domain error of package bot. The API maps each to a status and a
+// stable code, and BackendClient maps the code back, so errors.Is works on
+// both sides of the HTTP contract.
+type Error string
+
+func (e Error) Error() string { return string(e) }
+
+// Domain errors.
+const (
+	ErrUserNotFound      = Error("user not found")
+	ErrLeaderNotFound    = Error("leader not found")
+	ErrEventNotFound     = Error("event not found")
+	ErrEventProcessed    = Error("event already processed")
+	ErrLinkTaken         = Error("link already taken")
+	ErrTelegramTaken     = Error("telegram id already bound to another account")
+	ErrAccountBound      = Error("account already bound to another telegram id")
+	ErrNoPreview         = Error("telegram id is not awaiting confirmation for this account")
+	ErrAlreadyRegistered = Error("user already registered under another leader")
+	ErrTokenNotFound     = Error("connect token not found")
+	ErrTokenExpired      = Error("connect token expired")
+	ErrTokenUsed         = Error("connect token already used by another telegram id")
+	ErrUnauthorized      = Error("missing or invalid credentials")
+)
+
+// InvalidError is bad input: the API answers 400 with its message.
+type InvalidError struct{ Msg string }
+
+func (e *InvalidError) Error() string { return e.Msg }
+
+func invalidf(format string, args ...any) error {
+	return &InvalidError{Msg: fmt.Sprintf(format, args...)}
+}
