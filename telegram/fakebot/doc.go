@@ -1,0 +1,29 @@
+// Package fakebot is a fake Telegram Bot API server for the tests and the
+// offline sandbox. A Server is an http.Handler: start it with
+// httptest.NewServer, or mount it inside the app under Opts.BasePath, and
+// point telego at it with telego.WithAPIServer (or telegram.NewBot's apiURL).
+//
+// It serves /bot<TOKEN>/<method> for any number of tokens; each token is its
+// own bot whose id is the number before the token's colon (Token makes
+// well-formed ones). Answers have the real Bot API shapes,
+// {"ok":true,"result":…} and {"ok":false,"error_code":…,"description":…,
+// "parameters":{"retry_after":N}}, with the HTTP status equal to error_code.
+// Parameters are read from JSON, urlencoded and multipart bodies and the
+// query string, as Telegram does. Methods lists what is implemented; any
+// other method answers 404.
+//
+// Guarantees:
+//
+//   - Every call is recorded (Calls, CallsTo) and WaitUntil/WaitCalls wait
+//     for state changes with the caller's deadline, never by polling.
+//   - Updates carry increasing update_ids per bot and are delivered in order,
+//     either to getUpdates (long polling without busy loops; an update stays
+//     until an offset confirms it) or, while a webhook is set, posted one at
+//     a time with X-Telegram-Bot-Api-Secret-Token, retried with backoff until
+//     the webhook answers 2xx.
+//   - Injected faults (AddFault) and rate-limit enforcement (Opts.Limits)
+//     answer exactly as Telegram does: 403, 429 with retry_after, 500, slow
+//     answers, dropped connections.
+//   - The read model (Bots, Bot.View, Bot.Chats) returns copies and is safe
+//     to read while bots and users act.
+package fakebot

@@ -1,0 +1,171 @@
+package fakebot
+
+import (
+	"context"
+	"slices"
+	"strconv"
+
+	"github.com/mymmrac/telego"
+
+	"switchyard/telegram"
+)
+
+// botState is one bot as Telegram holds it. Every field is guarded by the
+// server's mutex.
+type botState struct {
+	token   string
+	me      telego.User
+	revoked bool
+
+	updates      []telego.Update // not yet confirmed (getUpdates) or delivered (webhook)
+	nextUpdateID int
+	allowed      []string      // allowed_updates; nil means Telegram's default
+	wake         chan struct{} // closed and replaced when updates arrive or a poll is superseded
+	pollSeq      uint64
+
+	hook webhook
+
+	chats     map[chatKey]*chatState
+	chatOrder []chatKey
+	conns     map[string]*telego.BusinessConnection
+	connOrder []string
+	callbacks map[string]*callbackState
+	commands  []telego.BotCommand
+}
+
+// chatKey names a chat as one bot sees it: business chats are the customer's
+// chat with a business account, separate from the customer's chat with the
+// bot itself.
+type chatKey struct {
+	conn string
+	id   int64
+}
+
+type chatState struct {
+	key     chatKey
+	chat    telego.Chat
+	peer    telego.User // the user on the other side (private and business chats)
+	started bool        // the user has written to the bot
+	blocked bool        // the user blocked the bot
+	nextID  int
+	msgs    []*msgState
+	byID    map[int]*msgState
+}
+
+type msgState struct {
+	m               telego.Message
+	fromBot         bool
+	parseMode       string
+	deleted         bool
+	callbackAnswers []string
+}
+
+type callbackState struct {
+	chat     chatKey
+	msgID    int
+	answered bool
+}
+
+type webhook struct {
+	url            string
+	secret         string
+	maxConnections int
+	lastErrorDate  int64
+	lastErrorMsg   string
+	stop           context.CancelFunc // nil when no deliverer runs
+}
+
+// bot returns the state of token's bot, creating it on first sight; nil for
+// a malformed token. Call with s.mu held.
+func (s *Server) bot(token string) *botState {
+	if b := s.bots[token]; b != nil {
+		return b
+	}
+	id, ok := telegram.BotIDFromToken(token)
+	if !ok {
+		return nil
+	}
+	idText := strconv.FormatInt(id, 10)
+	b := &botState{
+		token: token,
+		me: telego.User{
+			ID: id, IsBot: true, FirstName: "Fake Bot " + idText, Username: "fake" + idText + "_bot",
+			CanJoinGroups: true, CanConnectToBusiness: true,
+		},
+		nextUpdateID: 1,
+		wake:         make(chan struct{}),
+		chats:        make(map[chatKey]*chatState),
+		conns:        make(map[string]*telego.BusinessConnection),
+		callbacks:    make(map[string]*callbackState),
+	}
+	s.bots[token] = b
+	return b
+}
+
+// wakeUp wakes the bot's long poll and webhook deliverer.
+func (b *botState) wakeUp() {
+	close(b.wake)
+	b.wake = make(chan struct{})
+}
+
+// excludedByDefault are the update types Telegram leaves out when
+// allowed_updates was never set (or set to an empty list).
+var excludedByDefault = []string{"chat_member", "message_reaction", "message_reaction_count"}
+
+func (b *botState) wants(updateType string) bool {
+	if b.allowed == nil {
+		return !slices.Contains(excludedByDefault, updateType)
+	}
+	return slices.Contains(b.allowed, updateType)
+}
+
+// enqueue gives u the next update_id and queues it for getUpdates or the
+// webhook, unless allowed_updates filters its type out. Call with s.mu held.
+func (s *Server) enqueue(b *botState, updateType string, u telego.Update) {
+	if !b.wants(updateType) {
+		return
+	}
+	u.UpdateID = b.nextUpdateID
+	b.nextUpdateID++
+	b.updates = append(b.updates, u)
+	b.wakeUp()
+	s.signal()
+}
+
+// chat returns the chat with key, or nil.
+func (b *botState) chat(key chatKey) *chatState { return b.chats[key] }
+
+// openChat returns the chat with key, creating it from c and peer.
+func (b *botState) openChat(key chatKey, c telego.Chat, peer telego.User) *chatState {
+	if cs := b.chats[key]; cs != nil {
+		if peer.ID != 0 {
+			cs.peer, cs.chat = peer, c
+		}
+		return cs
+	}
+	cs := &chatState{key: key, chat: c, peer: peer, nextID: 1, byID: make(map[int]*msgState)}
+	b.chats[key] = cs
+	b.chatOrder = append(b.chatOrder, key)
+	return cs
+}
+
+// add appends a message to the chat, giving it the next message id, and
+// keeps the chat within limit messages.
+func (cs *chatState) add(m telego.Message, fromBot bool, parseMode string, limit int) *msgState {
+	m.MessageID = cs.nextID
+	cs.nextID++
+	ms := &msgState{m: m, fromBot: fromBot, parseMode: parseMode}
+	cs.msgs = append(cs.msgs, ms)
+	cs.byID[m.MessageID] = ms
+	if len(cs.msgs) > limit {
+		for _, old := range cs.msgs[:len(cs.msgs)-limit] {
+			delete(cs.byID, old.m.MessageID)
+		}
+		cs.msgs = append(cs.msgs[:0], cs.msgs[len(cs.msgs)-limit:]...)
+	}
+	return ms
+}
+
+func privateChat(u telego.User) telego.Chat {
+	return telego.Chat{ID: u.ID, Type: telego.ChatTypePrivate, FirstName: u.FirstName, LastName: u.LastName, Username: u.Username}
+}

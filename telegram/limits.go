@@ -1,0 +1,261 @@
+package telegram
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"golang.org/x/time/rate"
+)
+
+// Limit is one token bucket: Rate tokens a second, at most Burst saved up.
+// rate.Inf switches the bucket off.
+type Limit struct {
+	Rate  rate.Limit
+	Burst int
+}
+
+// Limits are Telegram's broadcast limits as token buckets. A zero field takes
+// its default from DefaultLimits.
+type Limits struct {
+	// Chat applies to every chat: about one message a second.
+	Chat Limit
+	// Group applies on top of Chat to group chats (negative chat ids):
+	// 20 messages a minute.
+	Group Limit
+	// Bot applies to all of one bot's chats together: about 30 a second.
+	Bot Limit
+}
+
+// DefaultLimits are the limits Telegram documents for bots, with a burst of
+// one so that no sliding window ever holds more than the limit.
+func DefaultLimits() Limits {
+	return Limits{
+		Chat:  Limit{Rate: 1, Burst: 1},
+		Group: Limit{Rate: rate.Limit(20.0 / 60.0), Burst: 1},
+		Bot:   Limit{Rate: 30, Burst: 1},
+	}
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	fill := func(v *Limit, def Limit) {
+		if v.Rate == 0 {
+			v.Rate = def.Rate
+		}
+		if v.Burst < 1 {
+			v.Burst = def.Burst
+		}
+	}
+	fill(&l.Chat, d.Chat)
+	fill(&l.Group, d.Group)
+	fill(&l.Bot, d.Bot)
+	return l
+}
+
+// Chat names one chat of one bot, the unit the limits count in. A negative
+// ID is a group, supergroup or channel, as in the Bot API.
+type Chat struct {
+	Bot int64
+	ID  int64
+}
+
+// IsGroup reports whether the chat is a group (the group limit applies).
+func (c Chat) IsGroup() bool { return c.ID < 0 }
+
+var deferrals = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "switchyard_telegram_ratelimit_deferrals_total",
+	Help: "Sends the Telegram rate limiter deferred, by the limit that held them back (chat, group, bot, pause).",
+}, []string{"scope"})
+
+// Limiter answers "when may this bot send to this chat" without sleeping, so
+// callers reschedule work instead of blocking a worker, and keeps the pauses
+// a 429's retry_after imposes on one chat or one bot. It is safe for
+// concurrent use; all times are the caller's (pass the store's clock).
+type Limiter struct {
+	limits Limits
+
+	mu    sync.Mutex
+	last  time.Time
+	takes int
+	chats map[Chat]*chatState
+	bots  map[int64]*botState
+}
+
+type chatState struct {
+	chat, group *rate.Limiter // nil when switched off or not a group
+	pausedUntil time.Time
+}
+
+type botState struct {
+	bot         *rate.Limiter
+	pausedUntil time.Time
+}
+
+// NewLimiter returns a limiter with limits (zero fields take defaults).
+func NewLimiter(limits Limits) *Limiter {
+	return &Limiter{
+		limits: limits.withDefaults(),
+		chats:  make(map[Chat]*chatState),
+		bots:   make(map[int64]*botState),
+	}
+}
+
+// Limits returns the limits in force, defaults filled in.
+func (l *Limiter) Limits() Limits { return l.limits }
+
+// When returns the earliest time at or after now when a message to c would be
+// allowed. It takes nothing.
+func (l *Limiter) When(c Chat, now time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now = l.monotonic(now)
+	at, _ := l.when(c, now)
+	return at
+}
+
+// Take asks to send one message to c at now. If the limits allow it, Take
+// spends the tokens and returns (now, true); otherwise it spends nothing and
+// returns the time to try again.
+func (l *Limiter) Take(c Chat, now time.Time) (time.Time, bool) {
+	return l.TakeWithin(c, now, 0)
+}
+
+// TakeWithin is Take that also accepts when the tokens will be there within
+// slack; the buckets then go briefly into debt, which later sends repay. A
+// scheduler that wakes a few milliseconds early uses it, and so does the fake
+// Bot API to forgive clients' timing jitter.
+func (l *Limiter) TakeWithin(c Chat, now time.Time, slack time.Duration) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now = l.monotonic(now)
+	l.takes++
+	if l.takes%1024 == 0 {
+		l.sweep(now)
+	}
+	at, scope := l.when(c, now)
+	if at.Sub(now) > slack {
+		deferrals.WithLabelValues(scope).Inc()
+		return at, false
+	}
+	cs, bs := l.chat(c), l.bot(c.Bot)
+	for _, lim := range []*rate.Limiter{cs.chat, cs.group, bs.bot} {
+		if lim != nil {
+			lim.ReserveN(now, 1)
+		}
+	}
+	return now, true
+}
+
+// PauseChat stops sends to c until until (a 429 on a send to c whose
+// retry_after is meant for that chat). A pause never shortens an earlier one.
+func (l *Limiter) PauseChat(c Chat, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cs := l.chat(c); until.After(cs.pausedUntil) {
+		cs.pausedUntil = until
+	}
+}
+
+// PauseBot stops every send of bot until until (a 429 that throttles the
+// whole bot). A pause never shortens an earlier one.
+func (l *Limiter) PauseBot(bot int64, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if bs := l.bot(bot); until.After(bs.pausedUntil) {
+		bs.pausedUntil = until
+	}
+}
+
+// monotonic keeps the limiter's notion of time from going backwards when
+// callers' clocks disagree by a little.
+func (l *Limiter) monotonic(now time.Time) time.Time {
+	if now.Before(l.last) {
+		return l.last
+	}
+	l.last = now
+	return now
+}
+
+// when returns the earliest allowed time and the scope that sets it.
+func (l *Limiter) when(c Chat, now time.Time) (time.Time, string) {
+	at, scope := now, ""
+	later := func(t time.Time, s string) {
+		if t.After(at) {
+			at, scope = t, s
+		}
+	}
+	if cs := l.chats[c]; cs != nil {
+		later(cs.pausedUntil, "pause")
+		later(ready(cs.chat, now), "chat")
+		later(ready(cs.group, now), "group")
+	}
+	if bs := l.bots[c.Bot]; bs != nil {
+		later(bs.pausedUntil, "pause")
+		later(ready(bs.bot, now), "bot")
+	}
+	return at, scope
+}
+
+// ready returns when lim will hold one token.
+func ready(lim *rate.Limiter, now time.Time) time.Time {
+	if lim == nil {
+		return now
+	}
+	// A bucket a hair short of a token because of float rounding counts as
+	// full; otherwise retry times drift by a microsecond and whole-second
+	// retry_after values round up by a second.
+	const epsilon = 1e-9
+	tokens := lim.TokensAt(now)
+	if tokens >= 1-epsilon {
+		return now
+	}
+	secs := (1 - tokens) / float64(lim.Limit())
+	return now.Add(time.Duration(math.Ceil(secs*1e6-epsilon*1e6)) * time.Microsecond)
+}
+
+func (l *Limiter) chat(c Chat) *chatState {
+	cs := l.chats[c]
+	if cs == nil {
+		cs = &chatState{chat: bucket(l.limits.Chat)}
+		if c.IsGroup() {
+			cs.group = bucket(l.limits.Group)
+		}
+		l.chats[c] = cs
+	}
+	return cs
+}
+
+func (l *Limiter) bot(id int64) *botState {
+	bs := l.bots[id]
+	if bs == nil {
+		bs = &botState{bot: bucket(l.limits.Bot)}
+		l.bots[id] = bs
+	}
+	return bs
+}
+
+func bucket(lim Limit) *rate.Limiter {
+	if lim.Rate == rate.Inf {
+		return nil
+	}
+	return rate.NewLimiter(lim.Rate, lim.Burst)
+}
+
+// sweep forgets chats and bots whose buckets are full and pauses over: they
+// behave exactly like fresh ones, so memory stays bounded by active chats.
+func (l *Limiter) sweep(now time.Time) {
+	full := func(lim *rate.Limiter) bool { return lim == nil || lim.TokensAt(now) >= float64(lim.Burst()) }
+	for c, cs := range l.chats {
+		if !cs.pausedUntil.After(now) && full(cs.chat) && full(cs.group) {
+			delete(l.chats, c)
+		}
+	}
+	for id, bs := range l.bots {
+		if !bs.pausedUntil.After(now) && full(bs.bot) {
+			delete(l.bots, id)
+		}
+	}
+}
