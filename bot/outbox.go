@@ -11,6 +11,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,6 +67,8 @@ type Outbox struct {
 	log  *slog.Logger
 	poll time.Duration
 	wake notifier
+	// idle counts long-polls that found nothing and sleep until woken.
+	idle atomic.Int32
 }
 
 // NewOutbox returns an Outbox on opts.DB. A nil DB is a wiring mistake and panics.
@@ -327,14 +330,18 @@ func (o *Outbox) WaitPending(ctx context.Context, limit int, wait time.Duration)
 		if err != nil || len(events) > 0 {
 			return events, err
 		}
+		o.idle.Add(1)
 		select {
 		case <-woken:
 		case <-tick.C:
 		case <-deadline.C:
+			o.idle.Add(-1)
 			return events, nil
 		case <-ctx.Done():
+			o.idle.Add(-1)
 			return nil, ctx.Err()
 		}
+		o.idle.Add(-1)
 	}
 }
 
