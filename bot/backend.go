@@ -72,6 +72,10 @@ func NewBackend(opts BackendOpts) *Backend {
 	}
 }
 
+// Shutdown ends the long-polls of GET /bot/events/pending (see
+// Outbox.StopWaiting); register it with http.Server.RegisterOnShutdown.
+func (b *Backend) Shutdown() { b.outbox.StopWaiting() }
+
 // Outbox returns the backend's outbox, for code that emits inside its own
 // business transactions.
 func (b *Backend) Outbox() *Outbox { return b.outbox }

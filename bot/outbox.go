@@ -69,6 +69,9 @@ type Outbox struct {
 	wake notifier
 	// idle counts long-polls that found nothing and sleep until woken.
 	idle atomic.Int32
+	// stopping is closed by StopWaiting: long-polls answer at once from then on.
+	stopping chan struct{}
+	stopOnce sync.Once
 }
 
 // NewOutbox returns an Outbox on opts.DB. A nil DB is a wiring mistake and panics.
@@ -82,8 +85,13 @@ func NewOutbox(opts OutboxOpts) *Outbox {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = time.Second
 	}
-	return &Outbox{db: opts.DB, log: opts.Logger, poll: opts.PollInterval}
+	return &Outbox{db: opts.DB, log: opts.Logger, poll: opts.PollInterval, stopping: make(chan struct{})}
 }
+
+// StopWaiting ends every long-poll (it answers what it has, usually nothing)
+// and makes later ones answer at once, so an HTTP server's graceful shutdown
+// does not wait out a 30 s wait: register it with http.Server.RegisterOnShutdown.
+func (o *Outbox) StopWaiting() { o.stopOnce.Do(func() { close(o.stopping) }) }
 
 // notifier wakes every waiter at once: a waiter takes the current channel,
 // and Notify closes it and puts a fresh one in its place.
@@ -335,6 +343,9 @@ func (o *Outbox) WaitPending(ctx context.Context, limit int, wait time.Duration)
 		case <-woken:
 		case <-tick.C:
 		case <-deadline.C:
+			o.idle.Add(-1)
+			return events, nil
+		case <-o.stopping:
 			o.idle.Add(-1)
 			return events, nil
 		case <-ctx.Done():

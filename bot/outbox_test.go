@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"switchyard/migrations"
+	"switchyard/store"
 )
 
 // emitMany writes n events of one target in one transaction.
@@ -276,6 +277,32 @@ func TestPendingWait(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("the long-poll ignored its context")
+		}
+	})
+
+	t.Run("shutting down ends the long-polls at once", func(t *testing.T) {
+		t.Parallel()
+		e := newBackendEnv(t)
+		got := make(chan []Event, 1)
+		go func() {
+			var res PendingResponse
+			e.call(t, "GET", "/bot/events/pending?wait=30", nil, 200, &res)
+			got <- res.Events
+		}()
+		waitFor(t, func() bool { return waiters(e) == 1 })
+		e.b.Shutdown()
+		select {
+		case events := <-got:
+			if len(events) != 0 {
+				t.Fatalf("events %+v", events)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the long-poll outlived the shutdown")
+		}
+		start := time.Now()
+		e.pending(t, "?wait=30")
+		if d := time.Since(start); d > 10*time.Second {
+			t.Fatalf("a long-poll after the shutdown waited %v", d)
 		}
 	})
 
@@ -700,4 +727,30 @@ func migrationUp(t testing.TB) string {
 		t.Fatal("no Down section")
 	}
 	return up
+}
+
+func TestPendingQueryPlan(t *testing.T) {
+	t.Parallel()
+	t.Run("the pending query walks an index in its order instead of sorting the backlog", func(t *testing.T) {
+		t.Parallel()
+		e := newBackendEnv(t)
+		rows, err := e.db.Read.Query(`explain query plan `+pendingSQL, store.TS(e.clock.Now()), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		joined := strings.Join(plan, "; ")
+		if !strings.Contains(joined, "idx_bot_event_outbox_pending") || strings.Contains(joined, "TEMP B-TREE") {
+			t.Fatalf("plan: %s", joined)
+		}
+	})
 }

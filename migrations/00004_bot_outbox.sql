@@ -78,9 +78,10 @@ create table if not exists bot_event_outbox (
 
 create index if not exists idx_bot_event_outbox_processed_id on bot_event_outbox (processed_at, id);
 
--- The pending query walks this partial index in its own order and stops at the limit.
-create index if not exists idx_bot_event_outbox_pending on bot_event_outbox (user_key, id)
-  where processed_at is null and dead_lettered_at is null;
+-- The pending query walks this index in its own order (both "is null" terms
+-- are equality lookups) and stops at the limit, without sorting the backlog.
+create index if not exists idx_bot_event_outbox_pending
+  on bot_event_outbox (processed_at, dead_lettered_at, user_key, id);
 
 -- +goose Down
 drop index if exists idx_bot_event_outbox_pending;
