@@ -23,7 +23,7 @@ import (
 var (
 	metricEmitted = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_bot_outbox_emitted_events_total",
-		Help: "Outbox events committed, by event type.",
+		Help: "Outbox event inserts, by event type (an insert whose transaction then rolls back still counts).",
 	}, []string{"event_type"})
 	metricAcked = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_bot_outbox_acked_events_total",
