@@ -111,7 +111,9 @@ func (l *Limiter) Limits() Limits { return l.limits }
 func (l *Limiter) When(c Chat, now time.Time) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now = l.monotonic(now)
+	if now.Before(l.last) {
+		now = l.last
+	}
 	at, _ := l.when(c, now)
 	return at
 }
@@ -141,12 +143,18 @@ func (l *Limiter) TakeWithin(c Chat, now time.Time, slack time.Duration) (time.T
 		return at, false
 	}
 	cs, bs := l.chat(c), l.bot(c.Bot)
-	for _, lim := range []*rate.Limiter{cs.chat, cs.group, bs.bot} {
-		if lim != nil {
-			lim.ReserveN(now, 1)
-		}
-	}
+	spend(cs.chat, now)
+	spend(cs.group, now)
+	spend(bs.bot, now)
 	return now, true
+}
+
+// spend takes one token from lim, going into debt when it holds less (the
+// slack case).
+func spend(lim *rate.Limiter, now time.Time) {
+	if lim != nil && !lim.AllowN(now, 1) {
+		lim.ReserveN(now, 1)
+	}
 }
 
 // PauseChat stops sends to c until until (a 429 on a send to c whose
@@ -170,7 +178,8 @@ func (l *Limiter) PauseBot(bot int64, until time.Time) {
 }
 
 // monotonic keeps the limiter's notion of time from going backwards when
-// callers' clocks disagree by a little.
+// callers' clocks disagree by a little. Only sends move it: When may look
+// into the future without moving it.
 func (l *Limiter) monotonic(now time.Time) time.Time {
 	if now.Before(l.last) {
 		return l.last

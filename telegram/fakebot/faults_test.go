@@ -234,3 +234,26 @@ func TestWaitCalls(t *testing.T) {
 		}
 	})
 }
+
+func TestCallLog(t *testing.T) {
+	t.Parallel()
+	t.Run("the log keeps the newest calls up to MaxCalls", func(t *testing.T) {
+		t.Parallel()
+		fake, url := start(t, fakebot.Opts{MaxCalls: 10})
+		bot := client(t, url, 71)
+		for range 25 {
+			if _, err := bot.GetMe(ctxFor(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		calls := fake.Calls()
+		if len(calls) == 0 || len(calls) > 10 || calls[len(calls)-1].Seq != 25 {
+			t.Fatalf("%d calls kept, last seq %d", len(calls), calls[len(calls)-1].Seq)
+		}
+		for i := 1; i < len(calls); i++ {
+			if calls[i].Seq != calls[i-1].Seq+1 {
+				t.Fatalf("kept calls are not the newest in order: %d after %d", calls[i].Seq, calls[i-1].Seq)
+			}
+		}
+	})
+}

@@ -120,15 +120,8 @@ func (s *Server) getUpdates(ctx context.Context, b *botState, p params) answer {
 			return answer{err: &apiError{code: http.StatusConflict,
 				description: "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"}}
 		}
-		switch {
-		case offset > 0:
-			i := 0
-			for i < len(b.updates) && int64(b.updates[i].UpdateID) < offset {
-				i++
-			}
-			b.updates = b.updates[i:]
-		case offset < 0 && int64(len(b.updates)) > -offset:
-			b.updates = b.updates[int64(len(b.updates))+offset:]
+		if confirm(b, offset) {
+			s.signal()
 		}
 		if len(b.updates) > 0 || expired || s.closed {
 			n := min(int64(len(b.updates)), limit)
@@ -147,6 +140,24 @@ func (s *Server) getUpdates(ctx context.Context, b *botState, p params) answer {
 		}
 		s.mu.Lock()
 	}
+}
+
+// confirm drops the updates an offset confirms: those before a positive
+// offset, all but the last -offset for a negative one. It reports whether
+// any were dropped.
+func confirm(b *botState, offset int64) bool {
+	n := len(b.updates)
+	switch {
+	case offset > 0:
+		i := 0
+		for i < len(b.updates) && int64(b.updates[i].UpdateID) < offset {
+			i++
+		}
+		b.updates = b.updates[i:]
+	case offset < 0 && int64(len(b.updates)) > -offset:
+		b.updates = b.updates[int64(len(b.updates))+offset:]
+	}
+	return len(b.updates) != n
 }
 
 // allowedList turns allowed_updates into the bot's filter: an empty list
@@ -451,6 +462,7 @@ func (s *Server) answerCallbackQuery(b *botState, p params) answer {
 		return answer{err: badRequest("query is too old and response timeout expired or query ID is invalid")}
 	}
 	cb.answered = true
+	delete(b.callbacks, p["callback_query_id"]) // answered once; the id is spent
 	if text := p["text"]; text != "" {
 		if cs := b.chat(cb.chat); cs != nil {
 			if ms := cs.byID[cb.msgID]; ms != nil {

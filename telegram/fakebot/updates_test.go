@@ -1,6 +1,7 @@
 package fakebot_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -70,6 +71,38 @@ func TestLongPolling(t *testing.T) {
 		}
 		if n := len(fake.CallsTo("getUpdates")); n != 1 {
 			t.Fatalf("%d getUpdates calls, want 1 (no busy loop)", n)
+		}
+	})
+
+	t.Run("telego's own long polling loop receives updates in order", func(t *testing.T) {
+		t.Parallel()
+		fake, url := start(t, fakebot.Opts{})
+		bot := client(t, url, 15)
+		ctx, cancel := context.WithCancel(ctxFor(t, 20*time.Second))
+		defer cancel()
+		updates, err := bot.UpdatesViaLongPolling(ctx, &telego.GetUpdatesParams{Timeout: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fb := fake.Bot(fakebot.Token(15))
+		for _, text := range []string{"a", "b", "c"} {
+			if _, err := fb.Send(alice, text); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, want := range []string{"a", "b", "c"} {
+			select {
+			case u := <-updates:
+				if u.Message == nil || u.Message.Text != want {
+					t.Fatalf("got %+v, want %q", u.Message, want)
+				}
+			case <-ctx.Done():
+				t.Fatalf("no update %q", want)
+			}
+		}
+		// telego confirms by polling again with the next offset.
+		if err := fake.WaitUntil(ctx, func() bool { return fb.PendingUpdates() == 0 }); err != nil {
+			t.Fatal(err)
 		}
 	})
 

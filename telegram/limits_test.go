@@ -1,0 +1,174 @@
+package telegram_test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"switchyard/telegram"
+)
+
+var t0 = time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)
+
+func TestLimiter(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a chat gets one message a second and says when the next may go", func(t *testing.T) {
+		t.Parallel()
+		l := telegram.NewLimiter(telegram.Limits{})
+		alice := telegram.Chat{Bot: 1, ID: 100}
+		if at, ok := l.Take(alice, t0); !ok || !at.Equal(t0) {
+			t.Fatalf("first take = %s, %t", at, ok)
+		}
+		at, ok := l.Take(alice, t0.Add(400*time.Millisecond))
+		if ok || !at.Equal(t0.Add(time.Second)) {
+			t.Fatalf("take 400 ms later = %s, %t; want refused until %s", at, ok, t0.Add(time.Second))
+		}
+		if when := l.When(alice, t0.Add(400*time.Millisecond)); !when.Equal(at) {
+			t.Fatalf("When = %s, want %s", when, at)
+		}
+		if _, ok := l.Take(alice, at); !ok {
+			t.Fatal("refused at the time it named")
+		}
+	})
+
+	t.Run("When takes nothing", func(t *testing.T) {
+		t.Parallel()
+		l := telegram.NewLimiter(telegram.Limits{})
+		c := telegram.Chat{Bot: 1, ID: 100}
+		for range 5 {
+			if when := l.When(c, t0); !when.Equal(t0) {
+				t.Fatalf("When = %s", when)
+			}
+		}
+		if _, ok := l.Take(c, t0); !ok {
+			t.Fatal("When used up the token")
+		}
+	})
+
+	t.Run("a group gets 20 messages a minute on top of the chat limit", func(t *testing.T) {
+		t.Parallel()
+		l := telegram.NewLimiter(telegram.Limits{})
+		group := telegram.Chat{Bot: 1, ID: -500}
+		sent := 0
+		for now := t0; now.Before(t0.Add(time.Minute)); now = now.Add(100 * time.Millisecond) {
+			if _, ok := l.Take(group, now); ok {
+				sent++
+			}
+		}
+		if sent != 20 {
+			t.Fatalf("%d group messages in a minute, want 20", sent)
+		}
+	})
+
+	t.Run("the bot limit spans all its chats and no other bot's", func(t *testing.T) {
+		t.Parallel()
+		l := telegram.NewLimiter(telegram.Limits{Bot: telegram.Limit{Rate: 30, Burst: 1}})
+		sent := 0
+		for i := range 1000 {
+			if _, ok := l.Take(telegram.Chat{Bot: 1, ID: int64(i + 1)}, t0.Add(time.Duration(i)*time.Millisecond)); ok {
+				sent++
+			}
+		}
+		if sent < 29 || sent > 31 {
+			t.Fatalf("%d sends to distinct chats in a second, want about 30", sent)
+		}
+		if _, ok := l.Take(telegram.Chat{Bot: 2, ID: 1}, t0.Add(999*time.Millisecond)); !ok {
+			t.Fatal("another bot was held back")
+		}
+	})
+
+	t.Run("a chat pause holds only that chat and a bot pause holds only that bot", func(t *testing.T) {
+		t.Parallel()
+		l := telegram.NewLimiter(telegram.Limits{})
+		a, b := telegram.Chat{Bot: 1, ID: 10}, telegram.Chat{Bot: 1, ID: 11}
+		other := telegram.Chat{Bot: 2, ID: 10}
+		l.PauseChat(a, t0.Add(7*time.Second))
+		if at, ok := l.Take(a, t0); ok || !at.Equal(t0.Add(7*time.Second)) {
+			t.Fatalf("paused chat: %s, %t", at, ok)
+		}
+		if _, ok := l.Take(b, t0); !ok {
+			t.Fatal("the pause spilled over to another chat")
+		}
+		l.PauseChat(a, t0.Add(time.Second)) // shorter: ignored
+		if at := l.When(a, t0.Add(2*time.Second)); !at.Equal(t0.Add(7 * time.Second)) {
+			t.Fatalf("a shorter pause shortened the first: %s", at)
+		}
+		l.PauseBot(1, t0.Add(30*time.Second))
+		if at, ok := l.Take(b, t0.Add(10*time.Second)); ok || !at.Equal(t0.Add(30*time.Second)) {
+			t.Fatalf("paused bot: %s, %t", at, ok)
+		}
+		if _, ok := l.Take(other, t0.Add(10*time.Second)); !ok {
+			t.Fatal("the bot pause spilled over to another bot")
+		}
+		if _, ok := l.Take(a, t0.Add(30*time.Second)); !ok {
+			t.Fatal("still held after both pauses ended")
+		}
+	})
+
+	t.Run("an infinite rate switches a bucket off", func(t *testing.T) {
+		t.Parallel()
+		l := telegram.NewLimiter(telegram.Limits{Chat: telegram.Limit{Rate: rate.Inf}, Bot: telegram.Limit{Rate: rate.Inf}})
+		for range 100 {
+			if _, ok := l.Take(telegram.Chat{Bot: 1, ID: 1}, t0); !ok {
+				t.Fatal("refused with every bucket off")
+			}
+		}
+	})
+
+	t.Run("slack lets a send through a little early and the debt is repaid", func(t *testing.T) {
+		t.Parallel()
+		l := telegram.NewLimiter(telegram.Limits{})
+		c := telegram.Chat{Bot: 1, ID: 1}
+		l.Take(c, t0)
+		if _, ok := l.TakeWithin(c, t0.Add(950*time.Millisecond), 100*time.Millisecond); !ok {
+			t.Fatal("50 ms early was refused with 100 ms slack")
+		}
+		if at, ok := l.Take(c, t0.Add(1950*time.Millisecond)); ok || !at.Equal(t0.Add(2*time.Second)) {
+			t.Fatalf("the debt was not repaid: %s, %t", at, ok)
+		}
+	})
+
+	t.Run("random traffic never beats the limits and a named time is always honoured", func(t *testing.T) {
+		t.Parallel()
+		rng := rand.New(rand.NewPCG(1, 2))
+		limits := telegram.DefaultLimits()
+		l := telegram.NewLimiter(limits)
+		// The model: the last accepted send per chat and per bot.
+		lastChat := map[telegram.Chat]time.Time{}
+		lastBot := map[int64]time.Time{}
+		now := t0
+		accepted := 0
+		for range 20_000 {
+			now = now.Add(time.Duration(rng.IntN(40)) * time.Millisecond)
+			c := telegram.Chat{Bot: int64(rng.IntN(2) + 1), ID: int64(rng.IntN(10) - 2)}
+			at, ok := l.Take(c, now)
+			if !ok {
+				if !at.After(now) {
+					t.Fatalf("refused at %s but told to retry at %s", now, at)
+				}
+				if when := l.When(c, at); !when.Equal(at) {
+					t.Fatalf("told to retry at %s, but at that time When says %s", at, when)
+				}
+				continue
+			}
+			accepted++
+			gap := time.Second
+			if c.IsGroup() {
+				gap = 3 * time.Second
+			}
+			if last, seen := lastChat[c]; seen && now.Sub(last) < gap-time.Microsecond {
+				t.Fatalf("chat %+v: sends %s apart", c, now.Sub(last))
+			}
+			if last, seen := lastBot[c.Bot]; seen && now.Sub(last) < time.Second/30-time.Microsecond {
+				t.Fatalf("bot %d: sends %s apart", c.Bot, now.Sub(last))
+			}
+			lastChat[c], lastBot[c.Bot] = now, now
+		}
+		if accepted < 1000 {
+			t.Fatalf("only %d sends accepted: the limiter is too strict", accepted)
+		}
+	})
+}
