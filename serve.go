@@ -120,6 +120,9 @@ func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	for _, f := range app.onShutdown {
+		srv.RegisterOnShutdown(f)
+	}
 	base := cfg.PublicURL
 	if base == "" {
 		base = "http://" + ln.Addr().String()
