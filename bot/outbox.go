@@ -264,12 +264,23 @@ func (o *Outbox) EmitStructOvertake(ctx context.Context, t Target, payload json.
 // uid 5 with Telegram id 5); user_key is that identity as one text value
 // ("uid:<20 digits>" or "tg:<20 digits>", written at emit), so each user's
 // events come together, in id order, on every dialect.
+//
+// Beyond the spec, an event waits while an earlier event of the same user
+// waits for its retry (next_retry_at in the future): otherwise a later event
+// would be handled in the next page, before the retried one, and the per-user
+// order the consumer keeps inside one page would break across pages. A
+// dead-lettered event no longer holds its user back.
 const pendingSQL = `
-	select id, event_type, telegram_id, magnet_uid, payload, created_at, attempts
-	from bot_event_outbox
-	where processed_at is null and dead_lettered_at is null
-	  and (next_retry_at is null or next_retry_at <= ?)
-	order by user_key, id
+	select o.id, o.event_type, o.telegram_id, o.magnet_uid, o.payload, o.created_at, o.attempts
+	from bot_event_outbox o
+	where o.processed_at is null and o.dead_lettered_at is null
+	  and (o.next_retry_at is null or o.next_retry_at <= ?)
+	  and not exists (
+	    select 1 from bot_event_outbox h
+	    where h.processed_at is null and h.dead_lettered_at is null
+	      and h.user_key = o.user_key and h.id < o.id
+	      and h.next_retry_at > ?)
+	order by o.user_key, o.id
 	limit ?`
 
 // ClampPendingLimit applies the contract's default and cap: 0 means
@@ -287,7 +298,8 @@ func ClampPendingLimit(limit int) int {
 // Pending returns up to limit due, unprocessed events in the contract's order
 // (limit is clamped with ClampPendingLimit).
 func (o *Outbox) Pending(ctx context.Context, limit int) ([]Event, error) {
-	rows, err := o.db.Read.QueryContext(ctx, pendingSQL, store.TS(o.db.Now()), ClampPendingLimit(limit))
+	now := store.TS(o.db.Now())
+	rows, err := o.db.Read.QueryContext(ctx, pendingSQL, now, now, ClampPendingLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("pending events: %w", err)
 	}

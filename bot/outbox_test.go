@@ -734,7 +734,7 @@ func TestPendingQueryPlan(t *testing.T) {
 	t.Run("the pending query walks an index in its order instead of sorting the backlog", func(t *testing.T) {
 		t.Parallel()
 		e := newBackendEnv(t)
-		rows, err := e.db.Read.Query(`explain query plan `+pendingSQL, store.TS(e.clock.Now()), 100)
+		rows, err := e.db.Read.Query(`explain query plan `+pendingSQL, store.TS(e.clock.Now()), store.TS(e.clock.Now()), 100)
 		if err != nil {
 			t.Fatal(err)
 		}
