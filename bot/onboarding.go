@@ -1,0 +1,435 @@
+package bot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/google/uuid"
+	"github.com/gorilla/mux"
+	"github.com/mymmrac/telego"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"switchyard/store"
+	"switchyard/telegram"
+	"switchyard/web/httpjson"
+)
+
+// Update modes of the onboarding bot (BOT_TELEGRAM_UPDATES).
+const (
+	UpdatesLongPoll = "longpoll"
+	UpdatesWebhook  = "webhook"
+)
+
+// Constants of the consumer, named as the spec names them.
+const (
+	// BATCH_LIMIT is how many events one processOnce fetches.
+	BATCH_LIMIT = 100
+	// RETENTION_DAYS is how long the dedup ledger keeps a handled event.
+	RETENTION_DAYS = 30
+)
+
+// Lease names and their time to live: the single-flight locks of the
+// consumer (the spec's Redlock key) and of the Telegram updates worker.
+const (
+	OutboxLeaseName  = "onboarding:outbox"
+	UpdatesLeaseName = "onboarding:updates"
+	LeaseTTL         = 25 * time.Second
+)
+
+var (
+	metricEventsHandled = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_bot_onboarding_events_total",
+		Help: "Outbox events the onboarding bot finished, by event type and outcome (handled, duplicate, retry).",
+	}, []string{"event_type", "outcome"})
+	metricEventLatency = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "switchyard_bot_onboarding_event_latency_seconds",
+		Help:    "Time from an outbox event's emit to its handling by the onboarding bot committing.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	})
+	metricMessages = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_bot_onboarding_messages_total",
+		Help: "Outgoing Telegram calls of the onboarding bot, by method and outcome (sent, retry, fallback, notified, failed).",
+	}, []string{"method", "outcome"})
+	metricUpdates = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_bot_onboarding_updates_total",
+		Help: "Telegram updates of the onboarding bot, by kind and outcome (stored, duplicate, handled, retry, failed).",
+	}, []string{"kind", "outcome"})
+	metricLeaderSwitches = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "switchyard_bot_onboarding_leader_switches_total",
+		Help: "Users who registered under a leader other than the one they arrived with.",
+	})
+)
+
+// OnboardingOpts configure NewOnboarding. Zero values get defaults.
+type OnboardingOpts struct {
+	// DB holds the bot's own tables (migration 00005). Required.
+	DB *store.DB
+	// Logger gets the bot's lines; nil discards.
+	Logger *slog.Logger
+
+	// Backend is the client of the backend's /bot/* contract. When nil, one
+	// is built from BackendURL and BackendSecret (BOT_TO_BACKEND_SECRET).
+	Backend       *BackendClient
+	BackendURL    string
+	BackendSecret string
+	// HTTPClient carries the backend calls of a client built here; nil is a
+	// client without an overall timeout (every call has its own deadline).
+	HTTPClient *http.Client
+
+	// TelegramToken is BOT_TELEGRAM_TOKEN. Required: for the offline sandbox,
+	// pass a fakebot token and the fake's URL as TelegramAPIURL.
+	TelegramToken string
+	// TelegramAPIURL is the Bot API base URL (TELEGRAM_API_URL); empty is
+	// Telegram's.
+	TelegramAPIURL string
+	// TelegramTimeout bounds one Bot API call; 0 is telegram.DefaultRequestTimeout.
+	TelegramTimeout time.Duration
+	// Limits are the Telegram rate limits the sender keeps; zero fields take
+	// telegram.DefaultLimits.
+	Limits telegram.Limits
+
+	// Updates is UpdatesLongPoll (default) or UpdatesWebhook (BOT_TELEGRAM_UPDATES).
+	Updates string
+	// WebhookSecret is BOT_TELEGRAM_WEBHOOK_SECRET, required in webhook mode:
+	// POST /webhooks/bot accepts only X-Telegram-Bot-Api-Secret-Token equal to it.
+	WebhookSecret string
+	// WebhookURL is the public URL of POST /webhooks/bot. When set in webhook
+	// mode, Run registers it with setWebhook; when empty, the operator does.
+	WebhookURL string
+
+	// CabinetURL is the web cabinet's address, shown in the sign-up step.
+	CabinetURL string
+
+	// PollInterval is the safety-net schedule of the consumer (the spec's
+	// 10 s cron). Default 10 s.
+	PollInterval time.Duration
+	// LongPollWait is how long one GET /bot/events/pending waits for an
+	// event. Default 10 s (well inside LeaseTTL).
+	LongPollWait time.Duration
+	// Instance names this process as a lease owner; default a random id.
+	Instance string
+}
+
+// Onboarding is the onboarding Telegram bot: the outbox consumer with its
+// event handlers and funnel, the Telegram conversation, and the sender every
+// Telegram call goes through. It is a worker (Name, Run) and serves POST
+// /webhooks/bot (Routes) and an operator view (AdminRoutes).
+type Onboarding struct {
+	db      *store.DB
+	log     *slog.Logger
+	backend *BackendClient
+	tg      *telego.Bot
+	botID   int64
+	limiter *telegram.Limiter
+
+	mode          string
+	webhookSecret []byte
+	webhookURL    string
+	cabinetURL    string
+	pollEvery     time.Duration
+	longPoll      time.Duration
+	owner         string
+
+	// flight keeps the consumer's cycles of this process one at a time; the
+	// lease does it across processes.
+	flight sync.Mutex
+	// nudge wakes the long-polling consumer loop (after a cron tick).
+	nudge chan struct{}
+	// updatesWake wakes the updates worker (a webhook update was stored).
+	updatesWake chan struct{}
+	// sendWake wakes the sender (outgoing records were committed).
+	sendWake chan struct{}
+
+	usernameMu sync.Mutex
+	username   string
+
+	// handled counts handler runs of this instance (tests compare instances).
+	handled atomic.Int64
+	// beforeHandle, when set (tests only), runs before an event's handler
+	// inside its transaction; an error fails the event like a handler error.
+	beforeHandle func(ev Event) error
+	// afterCommit, when set (tests only), runs after a batch committed and
+	// before its ack.
+	afterCommit func(processed, retry []EventID)
+}
+
+// NewOnboarding checks opts and returns the bot; it starts nothing until Run.
+// A nil DB is a wiring mistake and panics; configuration mistakes (no token,
+// an unknown update mode, webhook mode without a secret, no backend) are errors.
+func NewOnboarding(opts OnboardingOpts) (*Onboarding, error) {
+	if opts.DB == nil {
+		panic("bot: NewOnboarding needs a DB")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.TelegramToken == "" {
+		return nil, errors.New("bot: BOT_TELEGRAM_TOKEN is required (for the sandbox, a fake Bot API's token and URL)")
+	}
+	botID, ok := telegram.BotIDFromToken(opts.TelegramToken)
+	if !ok {
+		return nil, errors.New("bot: BOT_TELEGRAM_TOKEN is not a bot token (<id>:<secret>)")
+	}
+	switch opts.Updates {
+	case "":
+		opts.Updates = UpdatesLongPoll
+	case UpdatesLongPoll, UpdatesWebhook:
+	default:
+		return nil, fmt.Errorf("bot: BOT_TELEGRAM_UPDATES must be %s or %s, not %q", UpdatesLongPoll, UpdatesWebhook, opts.Updates)
+	}
+	if opts.Updates == UpdatesWebhook && opts.WebhookSecret == "" {
+		return nil, errors.New("bot: webhook updates need BOT_TELEGRAM_WEBHOOK_SECRET")
+	}
+	if opts.WebhookSecret != "" && !validWebhookSecret(opts.WebhookSecret) {
+		return nil, errors.New("bot: BOT_TELEGRAM_WEBHOOK_SECRET must be 1 to 256 of A-Z a-z 0-9 _ -")
+	}
+	backend := opts.Backend
+	if backend == nil {
+		if opts.BackendURL == "" || opts.BackendSecret == "" {
+			return nil, errors.New("bot: the onboarding bot needs the backend's URL and BOT_TO_BACKEND_SECRET")
+		}
+		backend = NewBackendClient(opts.BackendURL, opts.BackendSecret, opts.HTTPClient)
+	}
+	tgOpts := []telegram.BotOption{telegram.WithLogger(opts.Logger.With(slog.String("component", "telego")))}
+	if opts.TelegramTimeout > 0 {
+		tgOpts = append(tgOpts, telegram.WithTimeout(opts.TelegramTimeout))
+	}
+	tg, err := telegram.NewBot(opts.TelegramToken, opts.TelegramAPIURL, tgOpts...)
+	if err != nil {
+		return nil, err
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 10 * time.Second
+	}
+	if opts.LongPollWait <= 0 {
+		opts.LongPollWait = 10 * time.Second
+	}
+	opts.LongPollWait = min(opts.LongPollWait, LeaseTTL/2)
+	if opts.Instance == "" {
+		opts.Instance = "onboarding-" + uuid.NewString()
+	}
+	return &Onboarding{
+		db:            opts.DB,
+		log:           opts.Logger,
+		backend:       backend,
+		tg:            tg,
+		botID:         botID,
+		limiter:       telegram.NewLimiter(opts.Limits),
+		mode:          opts.Updates,
+		webhookSecret: []byte(opts.WebhookSecret),
+		webhookURL:    opts.WebhookURL,
+		cabinetURL:    opts.CabinetURL,
+		pollEvery:     opts.PollInterval,
+		longPoll:      opts.LongPollWait,
+		owner:         opts.Instance,
+		nudge:         make(chan struct{}, 1),
+		updatesWake:   make(chan struct{}, 1),
+		sendWake:      make(chan struct{}, 1),
+	}, nil
+}
+
+// Name names the worker.
+func (o *Onboarding) Name() string { return "onboarding-bot" }
+
+// Run runs the bot until ctx ends: the consumer (long-polling
+// GET /bot/events/pending, with the 10 s gocron schedule as a safety net and
+// the lease onboarding:outbox as its single-flight lock), the daily prune at
+// midnight UTC, the Telegram updates worker (long polling or webhook) and
+// the sender. It returns once ctx is cancelled and the work in hand — a
+// batch being handled and acked, updates being handled, calls being made —
+// has finished.
+func (o *Onboarding) Run(ctx context.Context) error {
+	sched, err := gocron.NewScheduler(gocron.WithLocation(time.UTC))
+	if err != nil {
+		return fmt.Errorf("onboarding scheduler: %w", err)
+	}
+	if _, err := sched.NewJob(gocron.DurationJob(o.pollEvery),
+		gocron.NewTask(o.poll),
+		gocron.WithName("onboarding-outbox-poll"),
+		gocron.WithContext(ctx),
+		gocron.WithSingletonMode(gocron.LimitModeReschedule),
+		gocron.WithStartAt(gocron.WithStartImmediately()),
+	); err != nil {
+		return fmt.Errorf("schedule the outbox poll: %w", err)
+	}
+	if _, err := sched.NewJob(gocron.DailyJob(1, gocron.NewAtTimes(gocron.NewAtTime(0, 0, 0))),
+		gocron.NewTask(func(ctx context.Context) {
+			if _, err := o.prune(ctx); err != nil && ctx.Err() == nil {
+				o.log.Error("prune the onboarding bot's tables", slog.Any("err", err))
+			}
+		}),
+		gocron.WithName("onboarding-processed-prune"),
+		gocron.WithContext(ctx),
+		gocron.WithSingletonMode(gocron.LimitModeReschedule),
+	); err != nil {
+		return fmt.Errorf("schedule the prune: %w", err)
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() { o.runConsumer(ctx) })
+	wg.Go(func() { o.runUpdates(ctx) })
+	wg.Go(func() { o.runSender(ctx) })
+	sched.Start()
+	o.log.Info("onboarding bot started", slog.String("updates", o.mode), slog.Int64("bot_id", o.botID))
+
+	<-ctx.Done()
+	shutdownErr := sched.Shutdown() // waits for a running poll or prune
+	wg.Wait()
+	o.log.Info("onboarding bot stopped")
+	if shutdownErr != nil {
+		return fmt.Errorf("onboarding scheduler: %w", shutdownErr)
+	}
+	return nil
+}
+
+// wake does a non-blocking send on a wake-up channel of capacity one.
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// backoff is 2^attempt times base, capped, with up to a fifth of jitter.
+func backoff(attempt int, base, maxWait time.Duration) time.Duration {
+	d := base
+	for range min(attempt, 30) {
+		d *= 2
+		if d >= maxWait {
+			d = maxWait
+			break
+		}
+	}
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// workContext is the context in-flight work finishes under once ctx is
+// cancelled: not cancelled with it, but bounded.
+func workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+}
+
+// AdminRoutes registers the onboarding bot's operator routes on r, which is
+// already the /admin/api subrouter behind admin auth: the funnels (with the
+// users who left for another leader), one funnel with its history, the
+// outgoing Telegram calls and the redrive of a failed one.
+func (o *Onboarding) AdminRoutes(r *mux.Router) {
+	r.Handle("/bot/funnel", handler(o.handleListFunnels)).Methods(http.MethodGet)
+	r.Handle("/bot/funnel/{telegramId}", handler(o.handleGetFunnel)).Methods(http.MethodGet)
+	r.Handle("/bot/outgoing", handler(o.handleListOutgoing)).Methods(http.MethodGet)
+	r.Handle("/bot/outgoing/{id}/redrive", handler(o.handleRedriveOutgoing)).Methods(http.MethodPost)
+}
+
+// FunnelsResponse is the body of GET /admin/api/bot/funnel.
+type FunnelsResponse struct {
+	Funnels []Funnel `json:"funnels"`
+}
+
+func (o *Onboarding) handleListFunnels(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	f := FunnelFilter{LeftLeader: q.Get("leftLeader") == "true"}
+	if s := q.Get("stage"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > int(StageNftActivated) {
+			return invalidf("stage must be 1 to 9, not %q", s)
+		}
+		f.Stage = Stage(n)
+	}
+	if q.Has("limit") {
+		n, err := parseLimit(r)
+		if err != nil {
+			return err
+		}
+		f.Limit = n
+	}
+	list, err := o.ListFunnels(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, FunnelsResponse{Funnels: list})
+	return nil
+}
+
+// FunnelResponse is the body of GET /admin/api/bot/funnel/{telegramId}.
+type FunnelResponse struct {
+	Funnel  Funnel         `json:"funnel"`
+	History []FunnelChange `json:"history"`
+}
+
+func (o *Onboarding) handleGetFunnel(w http.ResponseWriter, r *http.Request) error {
+	tg, err := ParseTelegramID(mux.Vars(r)["telegramId"])
+	if err != nil {
+		return err
+	}
+	f, hist, err := o.GetFunnel(r.Context(), tg)
+	if errors.Is(err, ErrFunnelNotFound) {
+		return httpjson.Errorf(http.StatusNotFound, "funnel_not_found", "%s", ErrFunnelNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, FunnelResponse{Funnel: f, History: hist})
+	return nil
+}
+
+// OutgoingResponse is the body of GET /admin/api/bot/outgoing.
+type OutgoingResponse struct {
+	Messages []Outgoing `json:"messages"`
+}
+
+func (o *Onboarding) handleListOutgoing(w http.ResponseWriter, r *http.Request) error {
+	f := OutgoingFilter{Status: r.URL.Query().Get("status")}
+	if r.URL.Query().Has("limit") {
+		n, err := parseLimit(r)
+		if err != nil {
+			return err
+		}
+		f.Limit = n
+	}
+	list, err := o.ListOutgoing(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, OutgoingResponse{Messages: list})
+	return nil
+}
+
+func (o *Onboarding) handleRedriveOutgoing(w http.ResponseWriter, r *http.Request) error {
+	id, err := strconv.ParseInt(mux.Vars(r)["id"], 10, 64)
+	if err != nil || id <= 0 {
+		return invalidf("id %q is not a positive integer", mux.Vars(r)["id"])
+	}
+	rec, err := o.RedriveOutgoing(r.Context(), id)
+	switch {
+	case errors.Is(err, ErrOutgoingNotFound):
+		return httpjson.Errorf(http.StatusNotFound, "outgoing_not_found", "%s", err)
+	case errors.Is(err, ErrOutgoingNotFailed):
+		return httpjson.Errorf(http.StatusConflict, "outgoing_not_failed", "%s", err)
+	case err != nil:
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, rec)
+	return nil
+}
