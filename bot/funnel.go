@@ -215,13 +215,13 @@ const funnelColumns = `telegram_id, uid, stage, leader_uid, leader_code, leader_
 
 func scanFunnel(s scanner) (Funnel, error) {
 	var (
-		f                         Funnel
-		uid, leader, regLeader    sql.NullInt64
-		code, name                sql.NullString
-		left, created, updated    store.Timestamp
-		tg                        string
-		stage                     int
-		bind                      string
+		f                      Funnel
+		uid, leader, regLeader sql.NullInt64
+		code, name             sql.NullString
+		left, created, updated store.Timestamp
+		tg                     string
+		stage                  int
+		bind                   string
 	)
 	if err := s.Scan(&tg, &uid, &stage, &leader, &code, &name, &regLeader, &left, &bind, &created, &updated); err != nil {
 		return Funnel{}, err

@@ -107,32 +107,48 @@ func (e *onbEnv) newBot(db *store.DB, change ...func(*OnboardingOpts)) *Onboardi
 	return b
 }
 
-// run starts b.Run and returns a stop function that cancels it and checks
-// that it returns; stop also runs at the end of the test.
-func (e *onbEnv) run(b *Onboarding) (stop func()) {
+// running is an onboarding bot whose Run goes on in the background.
+type running struct {
+	t      testing.TB
+	cancel context.CancelFunc
+	done   chan error
+	waited bool
+}
+
+// start starts b.Run; the test's end stops it if the test did not.
+func (e *onbEnv) start(b *Onboarding) *running {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				e.t.Errorf("Run returned %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			e.t.Errorf("Run did not return within 20 s of its context ending")
-		}
-	}
-	e.t.Cleanup(stop)
-	return stop
+	r := &running{t: e.t, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- b.Run(ctx) }()
+	e.t.Cleanup(r.stop)
+	return r
 }
+
+// wait checks that Run returns, without error, within 20 s.
+func (r *running) wait() {
+	if r.waited {
+		return
+	}
+	r.waited = true
+	select {
+	case err := <-r.done:
+		if err != nil {
+			r.t.Errorf("Run returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		r.t.Errorf("Run did not return within 20 s of its context ending")
+	}
+}
+
+// stop cancels Run and waits for it.
+func (r *running) stop() {
+	r.cancel()
+	r.wait()
+}
+
+// run starts b and returns its stop function.
+func (e *onbEnv) run(b *Onboarding) (stop func()) { return e.start(b).stop }
 
 // waitFake waits, up to 15 s, until cond holds, re-checking on every change
 // of the fake Bot API.

@@ -145,10 +145,10 @@ const outgoingColumns = `id, dedup_key, method, chat_id, order_key, params, fall
 
 func scanOutgoing(s scanner) (Outgoing, error) {
 	var (
-		r                                Outgoing
-		chat, params                     string
-		fallback, lastErr                sql.NullString
-		msgID                            sql.NullInt64
+		r                                 Outgoing
+		chat, params                      string
+		fallback, lastErr                 sql.NullString
+		msgID                             sql.NullInt64
 		next, claimed, created, upd, done store.Timestamp
 	)
 	if err := s.Scan(&r.ID, &r.DedupKey, &r.Method, &chat, &r.OrderKey, &params, &fallback, &r.Status, &r.Phase,
