@@ -14,7 +14,9 @@ func TestBackendClient(t *testing.T) {
 	c := NewBackendClient(e.srv.URL+"/", backendTestSecret, e.srv.Client())
 
 	t.Run("drains events through pending and ack", func(t *testing.T) {
-		ids := emitMany(t, e.b.Outbox(), 3, Target{MagnetUID: 1})
+		// The third event is another user's: user 1's later events would
+		// wait behind the retried one.
+		ids := append(emitMany(t, e.b.Outbox(), 2, Target{MagnetUID: 1}), emitMany(t, e.b.Outbox(), 1, Target{MagnetUID: 2})...)
 		events, err := c.Pending(ctx, 2, 0)
 		if err != nil || len(events) != 2 || events[0].ID != ids[0] || events[0].UserKey() != "uid:1" || events[0].EventType != EventStatusNftActivated {
 			t.Fatalf("pending %+v, %v", events, err)
