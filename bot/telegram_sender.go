@@ -407,7 +407,7 @@ func (o *Onboarding) deliverTelegram(ctx context.Context, r Outgoing) delivery {
 		}
 		return delivery{status: OutgoingFailed, phase: phaseTelegram, err: f.Error()}
 	default:
-		return delivery{status: OutgoingPending, phase: phaseTelegram, retryAt: now.Add(backoff(r.Attempts, time.Second, maxSendBackoff)), err: f.Error()}
+		return delivery{status: OutgoingPending, phase: phaseTelegram, retryAt: now.Add(backoff(r.Attempts, 500*time.Millisecond, maxSendBackoff)), err: f.Error()}
 	}
 }
 
@@ -433,7 +433,7 @@ func (o *Onboarding) deliverFallback(ctx context.Context, r Outgoing) delivery {
 		return delivery{status: OutgoingFailed, phase: phaseFallback, err: err.Error()}
 	}
 	return delivery{status: OutgoingPending, phase: phaseFallback,
-		retryAt: o.db.Now().Add(backoff(r.Attempts, time.Second, maxSendBackoff)), err: err.Error()}
+		retryAt: o.db.Now().Add(backoff(r.Attempts, 500*time.Millisecond, maxSendBackoff)), err: err.Error()}
 }
 
 // call makes the record's Bot API call and returns the sent message's id.

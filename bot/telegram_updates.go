@@ -467,7 +467,7 @@ func (o *Onboarding) failUpdate(ctx context.Context, su storedUpdate, cause stri
 	}
 	err := o.db.Tx(ctx, func(tx *sql.Tx) error {
 		now := o.db.Now()
-		status, next, done := "pending", store.TS(now.Add(backoff(attempts, 500*time.Millisecond, 30*time.Second))), store.Timestamp{}
+		status, next, done := "pending", store.TS(now.Add(backoff(attempts-1, 500*time.Millisecond, 30*time.Second))), store.Timestamp{}
 		if final {
 			status, next, done = "failed", store.TS(now), store.TS(now)
 		}
