@@ -19,6 +19,36 @@
 //     a retry counts only for an event that was due.
 //   - Every /bot/* route checks the shared secret in constant time.
 //
+// Guarantees of the onboarding bot (Onboarding), which reaches the backend
+// only through BackendClient:
+//
+//   - Each event takes effect once. Its mark in the dedup ledger
+//     bot_processed_events and its handler's writes (the funnel, the records
+//     of the Telegram calls it causes) commit in one transaction, so a crash
+//     leaves both or neither; an event found in the ledger is acked without
+//     its handler. The spec's gap — a crash between the mark and the handler
+//     losing the side effect — is closed.
+//   - Telegram calls go through records (bot_outgoing) keyed by their cause
+//     ("event:<id>:…", "update:<bot>:<id>:…"). A sender claims a record, makes
+//     the call and marks it sent; a sent record is never sent again, and a
+//     failed call is retried until sent (429 after its retry_after, 5xx and
+//     network errors with backoff). A 403 marks the user unreachable and moves
+//     the record to its fallback, the web notification (POST /bot/notification).
+//     The one duplicate left is a process dying after Telegram accepted a call
+//     and before its mark committed: the call is made again once the claim runs
+//     out — at least once there, never lost.
+//   - Per-user order: a user's events are handled in id order. A handler error
+//     rolls back that event alone, asks the backend to retry it and stops the
+//     user's group while other users go on; the backend holds the user's later
+//     events until the retried one is handled, closed or dead-lettered.
+//   - One consumer at a time across processes (the lease onboarding:outbox),
+//     and a stopped consumer finishes and acks the page it holds; a page whose
+//     ack was lost comes back and is acked from the ledger.
+//   - A Telegram update is stored before it is confirmed: long polling advances
+//     the durable offset in the transaction that stores the updates, and the
+//     webhook answers 200 only after the store. Each stored update is handled
+//     once, in order per chat.
+//
 // EventType, Event and BackendClient are the one definition both sides use.
 package bot
 
