@@ -72,7 +72,15 @@ func (o *Onboarding) session(ctx context.Context, longPoll bool) bool {
 		if longPoll {
 			wait = o.longPoll
 		}
+		began := time.Now()
 		n, perr := o.processOnce(ctx, wait)
+		if longPoll && perr == nil && n == 0 && time.Since(began) < wait/10 {
+			// The long-poll ended early with nothing (the backend is shutting
+			// down): do not spin.
+			if !sleepCtx(ctx, wait/10) {
+				break
+			}
+		}
 		if perr != nil && ctx.Err() == nil {
 			failures++
 			o.log.Warn("outbox cycle failed", slog.Int("failures", failures), slog.Any("err", perr))

@@ -62,7 +62,7 @@ var (
 	}, []string{"method", "outcome"})
 	metricUpdates = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_bot_onboarding_updates_total",
-		Help: "Telegram updates of the onboarding bot, by kind and outcome (stored, duplicate, handled, retry, failed).",
+		Help: "Telegram updates of the onboarding bot, by kind and outcome (received, handled, retry, failed).",
 	}, []string{"kind", "outcome"})
 	metricLeaderSwitches = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "switchyard_bot_onboarding_leader_switches_total",
@@ -200,7 +200,9 @@ func NewOnboarding(opts OnboardingOpts) (*Onboarding, error) {
 		}
 		backend = NewBackendClient(opts.BackendURL, opts.BackendSecret, opts.HTTPClient)
 	}
-	tgOpts := []telegram.BotOption{telegram.WithLogger(opts.Logger.With(slog.String("component", "telego")))}
+	// telego's own log lines stay off: at debug level they carry the calls'
+	// texts, which name people. Failures come back as errors and are logged here.
+	var tgOpts []telegram.BotOption
 	if opts.TelegramTimeout > 0 {
 		tgOpts = append(tgOpts, telegram.WithTimeout(opts.TelegramTimeout))
 	}
