@@ -663,3 +663,29 @@ func TestStoredUpdatesRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+func TestSandboxMount(t *testing.T) {
+	t.Parallel()
+	t.Run("works against a fake Bot API mounted inside the app under a base path", func(t *testing.T) {
+		t.Parallel()
+		e := newOnbEnv(t)
+		fake := fakebot.New(fakebot.Opts{BasePath: "/sandbox/telegram"})
+		t.Cleanup(fake.Close)
+		e.router.PathPrefix("/sandbox/telegram/").Handler(fake)
+		b := e.newBot(e.db, func(o *OnboardingOpts) { o.TelegramAPIURL = e.srv.URL + "/sandbox/telegram" })
+		e.run(b)
+		tgb := fake.Bot(fakebot.Token(onboardingTestBotID))
+		if _, err := tgb.Start(telego.User{ID: 6001, FirstName: "Алиса"}, ""); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		err := fake.WaitUntil(ctx, func() bool {
+			c, ok := tgb.Chat(6001)
+			return ok && len(c.Messages) == 2 && strings.Contains(c.Messages[1].Text, "Здравствуйте, Алиса!")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
