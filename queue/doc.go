@@ -1,0 +1,44 @@
+// Package queue is Switchyard's replacement for Redis/BullMQ and Kafka:
+// durable queues and keyed topics in the same SQLite file as everything else,
+// built on goqite (maragu.dev/goqite, whose table it owns and writes with its
+// own SQL so that sends, receives and acknowledgements join the store's
+// group-committed transactions).
+//
+// Queues (New, Queue.Send, Queue.Start) promise:
+//
+//   - A send is durable when Send returns, or when the caller's transaction
+//     commits (SendTx). An idempotency key makes a second send a no-op that
+//     reports a duplicate; the key is written in the same transaction.
+//   - At-least-once delivery: a message stays until its handler succeeds.
+//     While the handler runs its timeout is extended; if the process dies the
+//     message is delivered again after the timeout. AckTx acknowledges inside
+//     the handler's own transaction for exactly-once local effects.
+//   - Failures follow the queue's RetryPolicy: exponential backoff with
+//     jitter, exactly the delay of RetryAfter, or the dead-letter queue for
+//     Permanent errors and exhausted attempts. Every failure is recorded;
+//     dead letters keep the last error, the attempts and the times, and can
+//     be redriven (same id, attempts reset) or purged.
+//   - Messages with the same OrderKey are handled one at a time, in send
+//     order; a retrying message holds back only its own key.
+//
+// Topics (NewTopic, Topic.Publish, Topic.Subscribe) promise:
+//
+//   - Records are appended to one of N partitions by a stable hash of their
+//     key, get a dense per-partition offset, and stay in the log for the
+//     topic's retention (and as long as some group still needs them).
+//   - Each consumer group keeps its own committed offset per partition; a new
+//     group can start from the earliest retained record (replay) or the end.
+//   - Records with the same key are handled in offset order, always. A record
+//     that fails holds back the later records of its key only; other keys,
+//     even in the same partition, keep flowing.
+//   - The handler gets the transaction that commits the offset: its writes
+//     and the commit happen together (exactly-once for local effects).
+//
+// Sends and publishes in this process wake its workers at once; workers in
+// other processes on the same file find work by polling (every 500 ms by
+// default), which is also the only polling an idle process does.
+//
+// Admin is the operator's side: Stats for the console, the JSON admin API
+// (AdminRoutes), redrive and purge, and the janitor that applies retention.
+// docs/queue.md describes the mechanisms in full.
+package queue

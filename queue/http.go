@@ -1,0 +1,428 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gorilla/mux"
+
+	"switchyard/web/httpjson"
+)
+
+// AdminRoutes mounts the operator API on r, the /admin/api subrouter:
+//
+//	GET  /queues                                     queues with ready, delayed, held, in-flight, dead, oldest age
+//	GET  /queues/{name}/messages?state=&limit=       live messages (state ready|delayed|held|inflight) or dead ones (state=dead)
+//	POST /queues/{name}/purge                        delete the live messages
+//	POST /queues/{name}/dlq/redrive                  redrive every dead letter
+//	POST /queues/{name}/dlq/{id}/redrive             redrive one
+//	POST /queues/{name}/dlq/purge                    delete the dead letters
+//	GET  /topics                                     topics, partitions, groups with lag
+//	POST /topics/{topic}/messages?key=               publish a JSON object (key: ?key= or its "aggregateId")
+//	GET  /topics/{topic}/messages?partition=&fromOffset=&limit=   read the retained log
+//	GET  /topics/{topic}/groups/{group}/dlq?limit=   a group's dead letters
+//	POST /topics/{topic}/groups/{group}/dlq/redrive  redrive them all
+//	POST /topics/{topic}/groups/{group}/dlq/{id}/redrive
+//	POST /topics/{topic}/groups/{group}/dlq/purge
+func (a *Admin) AdminRoutes(r *mux.Router) {
+	r.Handle("/queues", httpjson.HandlerFunc(a.handleQueues)).Methods(http.MethodGet)
+	r.Handle("/queues/{name}/messages", httpjson.HandlerFunc(a.handleQueueMessages)).Methods(http.MethodGet)
+	r.Handle("/queues/{name}/purge", httpjson.HandlerFunc(a.handlePurge)).Methods(http.MethodPost)
+	r.Handle("/queues/{name}/dlq/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
+	r.Handle("/queues/{name}/dlq/purge", httpjson.HandlerFunc(a.handlePurgeDead)).Methods(http.MethodPost)
+	r.Handle("/queues/{name}/dlq/{id}/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
+	r.Handle("/topics", httpjson.HandlerFunc(a.handleTopics)).Methods(http.MethodGet)
+	r.Handle("/topics/{topic}/messages", httpjson.HandlerFunc(a.handlePublish)).Methods(http.MethodPost)
+	r.Handle("/topics/{topic}/messages", httpjson.HandlerFunc(a.handleRead)).Methods(http.MethodGet)
+	r.Handle("/topics/{topic}/groups/{group}/dlq", httpjson.HandlerFunc(a.handleGroupDead)).Methods(http.MethodGet)
+	r.Handle("/topics/{topic}/groups/{group}/dlq/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
+	r.Handle("/topics/{topic}/groups/{group}/dlq/purge", httpjson.HandlerFunc(a.handlePurgeDead)).Methods(http.MethodPost)
+	r.Handle("/topics/{topic}/groups/{group}/dlq/{id}/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
+}
+
+type queueJSON struct {
+	Name             string     `json:"name"`
+	Ready            int64      `json:"ready"`
+	Delayed          int64      `json:"delayed"`
+	Held             int64      `json:"held"`
+	InFlight         int64      `json:"inFlight"`
+	Dead             int64      `json:"dead"`
+	OldestAt         *time.Time `json:"oldestAt"`
+	OldestAgeSeconds float64    `json:"oldestAgeSeconds"`
+}
+
+func (a *Admin) handleQueues(w http.ResponseWriter, r *http.Request) error {
+	qs, err := a.queueStats(r.Context())
+	if err != nil {
+		return err
+	}
+	out := make([]queueJSON, 0, len(qs))
+	for _, q := range qs {
+		out = append(out, queueJSON{
+			Name: q.Name, Ready: q.Ready, Delayed: q.Delayed, Held: q.Held, InFlight: q.InFlight, Dead: q.Dead,
+			OldestAt: timePtr(q.OldestAt), OldestAgeSeconds: q.OldestAge.Seconds(),
+		})
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"queues": out})
+	return nil
+}
+
+type messageJSON struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+	payloadJSON
+	OrderKey  string     `json:"orderKey,omitempty"`
+	Priority  int        `json:"priority"`
+	Attempts  int        `json:"attempts"`
+	LastError string     `json:"lastError,omitempty"`
+	SentAt    time.Time  `json:"sentAt"`
+	VisibleAt *time.Time `json:"visibleAt"`
+}
+
+type deadJSON struct {
+	ID        string `json:"id"`
+	State     string `json:"state"`
+	Queue     string `json:"queue"`
+	Group     string `json:"group,omitempty"`
+	Partition *int   `json:"partition,omitempty"`
+	Offset    *int64 `json:"offset,omitempty"`
+	Key       string `json:"key,omitempty"`
+	OrderKey  string `json:"orderKey,omitempty"`
+	payloadJSON
+	Attempts      int       `json:"attempts"`
+	LastError     string    `json:"lastError"`
+	CreatedAt     time.Time `json:"createdAt"`
+	FirstFailedAt time.Time `json:"firstFailedAt"`
+	DeadAt        time.Time `json:"deadAt"`
+}
+
+// payloadJSON shows a body as JSON when it is JSON, as text when it is
+// UTF-8, else as base64.
+type payloadJSON struct {
+	Payload         json.RawMessage `json:"payload"`
+	PayloadEncoding string          `json:"payloadEncoding"`
+}
+
+func payloadOf(b []byte) payloadJSON {
+	if len(b) > 0 && json.Valid(b) {
+		return payloadJSON{Payload: b, PayloadEncoding: "json"}
+	}
+	if utf8.Valid(b) {
+		s, _ := json.Marshal(string(b))
+		return payloadJSON{Payload: s, PayloadEncoding: "text"}
+	}
+	s, _ := json.Marshal(base64.StdEncoding.EncodeToString(b))
+	return payloadJSON{Payload: s, PayloadEncoding: "base64"}
+}
+
+func (a *Admin) handleQueueMessages(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	name := mux.Vars(r)["name"]
+	if err := a.queueExists(ctx, name); err != nil {
+		return err
+	}
+	limit, err := intParam(r, "limit", 100)
+	if err != nil {
+		return err
+	}
+	state := r.URL.Query().Get("state")
+	if state == "dead" {
+		dead, err := a.ListDead(ctx, DeadFilter{Queue: name, Limit: limit})
+		if err != nil {
+			return err
+		}
+		httpjson.Write(w, http.StatusOK, map[string]any{"messages": deadView(dead)})
+		return nil
+	}
+	switch MessageState(state) {
+	case "", StateReady, StateDelayed, StateHeld, StateInFlight:
+	default:
+		return httpjson.BadRequest("state must be ready, delayed, held, inflight or dead, not %q", state)
+	}
+	msgs, err := a.ListMessages(ctx, MessageFilter{Queue: name, State: MessageState(state), Limit: limit})
+	if err != nil {
+		return err
+	}
+	out := make([]messageJSON, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, messageJSON{
+			ID: string(m.ID), State: string(m.State), payloadJSON: payloadOf(m.Body), OrderKey: m.OrderKey,
+			Priority: m.Priority, Attempts: m.Attempts, LastError: m.LastError, SentAt: m.SentAt, VisibleAt: timePtr(m.VisibleAt),
+		})
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"messages": out})
+	return nil
+}
+
+func deadView(dead []DeadLetter) []deadJSON {
+	out := make([]deadJSON, 0, len(dead))
+	for _, d := range dead {
+		out = append(out, deadJSON{
+			ID: d.ID, State: "dead", Queue: d.Queue, Group: d.Group, Partition: d.Partition, Offset: d.Offset, Key: d.Key,
+			OrderKey: d.OrderKey, payloadJSON: payloadOf(d.Body), Attempts: d.Attempts, LastError: d.LastError,
+			CreatedAt: d.CreatedAt, FirstFailedAt: d.FirstFailedAt, DeadAt: d.DeadAt,
+		})
+	}
+	return out
+}
+
+// deadFilterOf reads the dead-letter scope from the route: a queue, or a
+// topic's group, and an optional id. It answers 404 for unknown ones.
+func (a *Admin) deadFilterOf(r *http.Request) (DeadFilter, error) {
+	v := mux.Vars(r)
+	if topic, ok := v["topic"]; ok {
+		f := DeadFilter{Queue: topic, Group: v["group"], ID: v["id"]}
+		return f, a.groupExists(r.Context(), topic, f.Group)
+	}
+	f := DeadFilter{Queue: v["name"], ID: v["id"]}
+	return f, a.queueExists(r.Context(), f.Queue)
+}
+
+func (a *Admin) handleRedrive(w http.ResponseWriter, r *http.Request) error {
+	f, err := a.deadFilterOf(r)
+	if err != nil {
+		return err
+	}
+	n, err := a.Redrive(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, map[string]int{"redriven": n})
+	return nil
+}
+
+func (a *Admin) handlePurgeDead(w http.ResponseWriter, r *http.Request) error {
+	f, err := a.deadFilterOf(r)
+	if err != nil {
+		return err
+	}
+	n, err := a.PurgeDead(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, map[string]int{"purged": n})
+	return nil
+}
+
+func (a *Admin) handlePurge(w http.ResponseWriter, r *http.Request) error {
+	name := mux.Vars(r)["name"]
+	if err := a.queueExists(r.Context(), name); err != nil {
+		return err
+	}
+	n, err := a.Purge(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, map[string]int{"purged": n})
+	return nil
+}
+
+func (a *Admin) handleGroupDead(w http.ResponseWriter, r *http.Request) error {
+	f, err := a.deadFilterOf(r)
+	if err != nil {
+		return err
+	}
+	if f.Limit, err = intParam(r, "limit", 100); err != nil {
+		return err
+	}
+	dead, err := a.ListDead(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"messages": deadView(dead)})
+	return nil
+}
+
+type topicJSON struct {
+	Name             string          `json:"name"`
+	RetentionSeconds int64           `json:"retentionSeconds"`
+	Partitions       []partitionJSON `json:"partitions"`
+	Groups           []groupJSON     `json:"groups"`
+}
+
+type partitionJSON struct {
+	Partition int   `json:"partition"`
+	Start     int64 `json:"startOffset"`
+	End       int64 `json:"endOffset"`
+}
+
+type groupJSON struct {
+	Group            string               `json:"group"`
+	Lag              int64                `json:"lag"`
+	Retrying         int64                `json:"retrying"`
+	Dead             int64                `json:"dead"`
+	OldestAgeSeconds float64              `json:"oldestAgeSeconds"`
+	Partitions       []groupPartitionJSON `json:"partitions"`
+}
+
+type groupPartitionJSON struct {
+	Partition        int        `json:"partition"`
+	Committed        int64      `json:"committedOffset"`
+	End              int64      `json:"endOffset"`
+	Lag              int64      `json:"lag"`
+	OldestAt         *time.Time `json:"oldestAt"`
+	OldestAgeSeconds float64    `json:"oldestAgeSeconds"`
+}
+
+func (a *Admin) handleTopics(w http.ResponseWriter, r *http.Request) error {
+	ts, err := a.topicStats(r.Context())
+	if err != nil {
+		return err
+	}
+	out := make([]topicJSON, 0, len(ts))
+	for _, t := range ts {
+		tj := topicJSON{Name: t.Name, RetentionSeconds: int64(t.Retention / time.Second), Partitions: []partitionJSON{}, Groups: []groupJSON{}}
+		for _, p := range t.Partitions {
+			tj.Partitions = append(tj.Partitions, partitionJSON{Partition: p.Partition, Start: p.Start, End: p.End})
+		}
+		for _, g := range t.Groups {
+			gj := groupJSON{Group: g.Group, Lag: g.Lag, Retrying: g.Retrying, Dead: g.Dead, OldestAgeSeconds: g.OldestAge.Seconds()}
+			for _, p := range g.Partitions {
+				gj.Partitions = append(gj.Partitions, groupPartitionJSON{
+					Partition: p.Partition, Committed: p.Committed, End: p.End, Lag: p.Lag,
+					OldestAt: timePtr(p.OldestAt), OldestAgeSeconds: p.OldestAge.Seconds(),
+				})
+			}
+			tj.Groups = append(tj.Groups, gj)
+		}
+		out = append(out, tj)
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"topics": out})
+	return nil
+}
+
+func (a *Admin) handlePublish(w http.ResponseWriter, r *http.Request) error {
+	topic := mux.Vars(r)["topic"]
+	if _, err := loadTopic(r.Context(), a.db, topic); err != nil {
+		return notFound(err)
+	}
+	var body json.RawMessage
+	if err := httpjson.Decode(r, &body); err != nil {
+		return err
+	}
+	var fields map[string]json.RawMessage
+	if !bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) || json.Unmarshal(body, &fields) != nil {
+		return httpjson.BadRequest("the body must be a JSON object")
+	}
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		if raw, ok := fields["aggregateId"]; ok {
+			_ = json.Unmarshal(raw, &key)
+		}
+	}
+	if key == "" {
+		return httpjson.BadRequest(`a key is required: pass ?key= or a non-empty string "aggregateId" in the body`)
+	}
+	pos, err := a.Publish(r.Context(), topic, key, body)
+	if err != nil {
+		return notFound(err)
+	}
+	httpjson.Write(w, http.StatusAccepted, pos)
+	return nil
+}
+
+type recordJSON struct {
+	Partition   int             `json:"partition"`
+	Offset      int64           `json:"offset"`
+	Key         string          `json:"key"`
+	PublishedAt time.Time       `json:"publishedAt"`
+	Value       json.RawMessage `json:"value"`
+}
+
+func (a *Admin) handleRead(w http.ResponseWriter, r *http.Request) error {
+	topic := mux.Vars(r)["topic"]
+	ti, err := loadTopic(r.Context(), a.db, topic)
+	if err != nil {
+		return notFound(err)
+	}
+	var f ReadFilter
+	if s := r.URL.Query().Get("partition"); s != "" {
+		p, err := strconv.Atoi(s)
+		if err != nil || p < 0 || p >= ti.partitions {
+			return httpjson.BadRequest("partition must be an integer from 0 to %d", ti.partitions-1)
+		}
+		f.Partition = &p
+	}
+	if s := r.URL.Query().Get("fromOffset"); s != "" {
+		off, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || off < 0 {
+			return httpjson.BadRequest("fromOffset must be a non-negative integer")
+		}
+		f.FromOffset = off
+	}
+	if f.Limit, err = intParam(r, "limit", 100); err != nil {
+		return err
+	}
+	recs, err := a.Read(r.Context(), topic, f)
+	if err != nil {
+		return notFound(err)
+	}
+	out := make([]recordJSON, 0, len(recs))
+	for _, rec := range recs {
+		out = append(out, recordJSON{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, PublishedAt: rec.PublishedAt,
+			Value: payloadOf(rec.Value).Payload})
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"messages": out})
+	return nil
+}
+
+// queueExists answers 404 for a queue that is not declared in this process
+// and has no messages and no dead letters.
+func (a *Admin) queueExists(ctx context.Context, name string) error {
+	for _, n := range hubFor(a.db).declaredQueues() {
+		if n == name {
+			return nil
+		}
+	}
+	var one int
+	err := a.db.Read.QueryRowContext(ctx, `
+		select 1 where exists (select 1 from goqite where queue in (?, ?))
+		or exists (select 1 from queue_dead where queue = ? and grp = '')`, name, heldQueue(name), name).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return httpjson.NotFound("no queue %q", name)
+	}
+	return err
+}
+
+func (a *Admin) groupExists(ctx context.Context, topic, group string) error {
+	var one int
+	err := a.db.Read.QueryRowContext(ctx, `select 1 from queue_groups where topic = ? and grp = ?`, topic, group).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return httpjson.NotFound("no consumer group %q on topic %q", group, topic)
+	}
+	return err
+}
+
+func notFound(err error) error {
+	if errors.Is(err, ErrNotFound) {
+		return httpjson.NotFound("%v", err)
+	}
+	return err
+}
+
+func intParam(r *http.Request, name string, def int) (int, error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 || n > 1000 {
+		return 0, httpjson.BadRequest("%s must be an integer from 1 to 1000", name)
+	}
+	return n, nil
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

@@ -1,0 +1,88 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"switchyard/queue"
+	"switchyard/store/storetest"
+)
+
+// metricValue reads a counter, gauge or histogram count from the default
+// registry; 0 when the series does not exist yet.
+func metricValue(t testing.TB, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue series
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	const name = "metrics.test.queue"
+	q := queue.New(queue.NewOpts{DB: db, Name: name, Retry: queue.RetryPolicy{MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
+	start(t, q, queue.WorkerOpts{PollInterval: 5 * time.Millisecond, Handler: func(ctx context.Context, m queue.Message) error {
+		switch string(m.Body) {
+		case "flaky":
+			if m.Attempt == 1 {
+				return errors.New("once")
+			}
+		case "bad":
+			return queue.Permanent(errors.New("bad"))
+		}
+		return nil
+	}})
+	for _, m := range []queue.Message{{Body: []byte("ok"), Key: "a"}, {Body: []byte("ok"), Key: "a"}, {Body: []byte("flaky")}, {Body: []byte("bad")}} {
+		if _, err := q.Send(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, "all handled", func() bool { return liveMessages(t, db, name) == 0 })
+	eventually(t, 5*time.Second, "the counters", func() bool {
+		return metricValue(t, "switchyard_queue_messages_succeeded_total", map[string]string{"queue": name}) == 2
+	})
+	for metric, want := range map[string]float64{
+		"switchyard_queue_messages_sent_total":          3,
+		"switchyard_queue_duplicates_suppressed_total":  1,
+		"switchyard_queue_messages_received_total":      4,
+		"switchyard_queue_messages_retried_total":       1,
+		"switchyard_queue_messages_dead_lettered_total": 1,
+		"switchyard_queue_handler_duration_seconds":     4,
+	} {
+		if got := metricValue(t, metric, map[string]string{"queue": name}); got != want {
+			t.Errorf("%s = %v, want %v", metric, got, want)
+		}
+	}
+}

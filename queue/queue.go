@@ -1,0 +1,419 @@
+package queue
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"switchyard/store"
+)
+
+// ID identifies a queue message; it is the goqite row's id and survives a
+// redrive.
+type ID string
+
+// Message is a queue message. Send reads Body, Key, OrderKey, Delay and
+// Priority; a handler also gets ID, Attempt and SentAt.
+type Message struct {
+	ID   ID
+	Body []byte
+	// Key is an optional idempotency key: a second send with the same key to
+	// the same queue is a no-op reported as a duplicate (the BullMQ jobId).
+	// Keys are remembered for AdminOpts.KeyRetention (default 7 days).
+	Key string
+	// OrderKey is optional: messages with the same order key are handled one
+	// at a time, in send order, across retries, restarts and redrives; a
+	// retrying message holds back only the later messages of its own key.
+	OrderKey string
+	// Delay postpones the first delivery.
+	Delay time.Duration
+	// Priority: higher is received first (goqite's priority).
+	Priority int
+	// Attempt is 1 on the first delivery, 2 on the first retry, and so on.
+	Attempt int
+	// SentAt is when the message was sent.
+	SentAt time.Time
+}
+
+// SendResult tells what a send did.
+type SendResult struct {
+	// ID of the message: the new one, or the one that first used the key.
+	ID ID
+	// Duplicate is true when the key was already used and nothing was sent.
+	Duplicate bool
+}
+
+// NewOpts configure New. Zero values get defaults.
+type NewOpts struct {
+	DB *store.DB
+	// Name of the queue, e.g. "sender.flow".
+	Name string
+	// Timeout is how long a delivered message stays invisible before it is
+	// delivered again; workers extend it while the handler runs (default 30 s).
+	Timeout time.Duration
+	// Retry is the failure policy (defaults in RetryPolicy).
+	Retry RetryPolicy
+	// Logger gets failures and dead letters; nil discards.
+	Logger *slog.Logger
+}
+
+// Queue is a named durable queue on the goqite table.
+type Queue struct {
+	db      *store.DB
+	name    string
+	timeout time.Duration
+	retry   RetryPolicy
+	log     *slog.Logger
+	sig     *signal
+}
+
+// DefaultTimeout is a delivered message's default visibility timeout.
+const DefaultTimeout = 30 * time.Second
+
+// New returns the queue opts.Name in opts.DB. It panics on wiring mistakes.
+func New(opts NewOpts) *Queue {
+	if opts.DB == nil {
+		panic("queue: nil DB")
+	}
+	if opts.Name == "" || strings.HasSuffix(opts.Name, heldSuffix) {
+		panic("queue: empty queue name, or one ending in " + heldSuffix)
+	}
+	if opts.Timeout < 0 {
+		panic("queue: negative timeout")
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	hubFor(opts.DB).declare(opts.Name)
+	return &Queue{
+		db:      opts.DB,
+		name:    opts.Name,
+		timeout: opts.Timeout,
+		retry:   opts.Retry.withDefaults(),
+		log:     opts.Logger.With(slog.String("queue", opts.Name)),
+		sig:     queueSignal(opts.DB, opts.Name),
+	}
+}
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// Send sends m in its own transaction (grouped with concurrent writers) and
+// returns once it is committed.
+func (q *Queue) Send(ctx context.Context, m Message) (SendResult, error) {
+	var res SendResult
+	err := q.db.Tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		res, err = q.send(ctx, tx, m)
+		return err
+	})
+	if err != nil {
+		return SendResult{}, err
+	}
+	q.sent(res)
+	return res, nil
+}
+
+// SendTx sends m inside the caller's transaction: the message exists if and
+// only if the transaction commits. Workers in this process are woken at once;
+// their receive runs after the caller's transaction.
+func (q *Queue) SendTx(ctx context.Context, tx *sql.Tx, m Message) (SendResult, error) {
+	res, err := q.send(ctx, tx, m)
+	if err != nil {
+		return SendResult{}, err
+	}
+	q.sent(res)
+	return res, nil
+}
+
+func (q *Queue) sent(res SendResult) {
+	if res.Duplicate {
+		metricDuplicates.WithLabelValues(q.name).Inc()
+		return
+	}
+	metricSent.WithLabelValues(q.name).Inc()
+	q.sig.notify()
+}
+
+const (
+	insertKeyQuery = `
+		insert into queue_keys (queue, key, message_id, created_at) values (?, ?, ?, ?)
+		on conflict (queue, key) do nothing`
+	selectKeyQuery   = `select message_id from queue_keys where queue = ? and key = ?`
+	orderQueuedQuery = `select count(*) from (select 1 from queue_order where queue = ? and order_key = ? limit 1)`
+	insertOrderQuery = `
+		insert into queue_order (queue, order_key, message_id, parked, not_before)
+		values (?, ?, ?, ?, ?)`
+	insertMessageQuery = `
+		insert into goqite (id, created, queue, body, timeout, received, priority)
+		values (?, ?, ?, ?, ?, 0, ?)`
+)
+
+func (q *Queue) send(ctx context.Context, tx *sql.Tx, m Message) (SendResult, error) {
+	w := newWriter(ctx, tx, q.db)
+	if m.Delay < 0 {
+		return SendResult{}, fmt.Errorf("queue %s: negative delay %s", q.name, m.Delay)
+	}
+	now := q.db.Now()
+	id := newID()
+	if m.OrderKey != "" {
+		id = orderedID(id)
+	}
+	if m.Key != "" {
+		res, err := w.exec(insertKeyQuery, q.name, m.Key, string(id), store.TS(now))
+		if err != nil {
+			return SendResult{}, fmt.Errorf("queue %s: record key: %w", q.name, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return SendResult{}, err
+		} else if n == 0 {
+			var first ID
+			if err := w.queryRow(selectKeyQuery, q.name, m.Key).Scan(&first); err != nil {
+				return SendResult{}, fmt.Errorf("queue %s: read key: %w", q.name, err)
+			}
+			return SendResult{ID: first, Duplicate: true}, nil
+		}
+	}
+	visible, queue := gqTime(now.Add(m.Delay)), q.name
+	if m.OrderKey != "" {
+		var queued int64
+		if err := w.queryRow(orderQueuedQuery, q.name, m.OrderKey).Scan(&queued); err != nil {
+			return SendResult{}, fmt.Errorf("queue %s: read order key: %w", q.name, err)
+		}
+		parked := queued > 0
+		if _, err := w.exec(insertOrderQuery, q.name, m.OrderKey, string(id), boolInt(parked), visible); err != nil {
+			return SendResult{}, fmt.Errorf("queue %s: record order: %w", q.name, err)
+		}
+		if parked {
+			visible, queue = parkedTimeout, heldQueue(q.name)
+		}
+	}
+	body := m.Body
+	if body == nil {
+		body = []byte{}
+	}
+	if _, err := w.exec(insertMessageQuery, string(id), gqTime(now), queue, body, visible, m.Priority); err != nil {
+		return SendResult{}, fmt.Errorf("queue %s: insert message: %w", q.name, err)
+	}
+	return SendResult{ID: id}, nil
+}
+
+// AckTx acknowledges m inside the caller's transaction, so the handler's own
+// writes and the acknowledgement commit together (exactly-once for local
+// effects). It fails with ErrNotFound when m was already acknowledged,
+// purged, or delivered again after its timeout expired; the handler should
+// then return that error so its transaction rolls back.
+func (q *Queue) AckTx(ctx context.Context, tx *sql.Tx, m Message) error {
+	ok, err := finishMessage(newWriter(ctx, tx, q.db), q.name, m.ID, m.Attempt, m.OrderKey, q.db.Now())
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("queue %s: ack %s: %w", q.name, m.ID, ErrNotFound)
+	}
+	return nil
+}
+
+const (
+	deleteDeliveredQuery = `delete from goqite where queue = ? and id = ? and received = ?`
+	deleteRetryQuery     = `delete from queue_retries where message_id = ?`
+	deleteOrderQuery     = `delete from queue_order where message_id = ?`
+	unparkQuery          = `
+		update queue_order set parked = 0
+		where seq = (select min(seq) from queue_order where queue = ? and order_key = ?) and parked = 1
+		returning message_id, not_before`
+	releaseQuery = `update goqite set queue = ?, timeout = ? where id = ?`
+)
+
+// finishMessage removes delivery attempt of message id (fenced by the
+// attempt, so a stale delivery cannot remove a newer one), its retry state
+// and its order slot, releasing the next message of its order key. It
+// reports whether the delivery was still current.
+func finishMessage(w writer, queue string, id ID, attempt int, orderKey string, now time.Time) (bool, error) {
+	res, err := w.exec(deleteDeliveredQuery, queue, string(id), attempt)
+	if err != nil {
+		return false, fmt.Errorf("queue %s: delete %s: %w", queue, id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	if attempt > 1 {
+		if _, err := w.exec(deleteRetryQuery, string(id)); err != nil {
+			return false, err
+		}
+	}
+	if orderKey != "" {
+		if err := releaseOrder(w, queue, id, orderKey, now); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// releaseOrder removes id's order slot and, when the key's earliest message
+// is parked (no message of the key is active any more), makes it visible.
+func releaseOrder(w writer, queue string, id ID, orderKey string, now time.Time) error {
+	if _, err := w.exec(deleteOrderQuery, string(id)); err != nil {
+		return fmt.Errorf("queue %s: order slot: %w", queue, err)
+	}
+	var (
+		next      ID
+		notBefore string
+	)
+	err := w.queryRow(unparkQuery, queue, orderKey).Scan(&next, &notBefore)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("queue %s: order head: %w", queue, err)
+	}
+	visible := max(gqTime(now), notBefore)
+	_, err = w.exec(releaseQuery, queue, visible, string(next))
+	return err
+}
+
+const (
+	takeDeliveredQuery = `
+		delete from goqite where queue = ? and id = ? and received = ?
+		returning body, created, priority`
+	orderSlotQuery   = `select seq from queue_order where message_id = ?`
+	firstFailedQuery = `select first_failed_at from queue_retries where message_id = ?`
+	insertDeadQuery  = `
+		insert into queue_dead (id, queue, grp, partition_id, log_offset, key, order_key, seq, priority, body,
+			attempts, last_error, created_at, first_failed_at, dead_at)
+		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	insertFailureQuery = `
+		insert into queue_failures (queue, grp, message_id, attempt, error, outcome, failed_at)
+		values (?, ?, ?, ?, ?, ?, ?)`
+	retryMessageQuery = `update goqite set timeout = ? where queue = ? and id = ? and received = ?`
+	upsertRetryQuery  = `
+		insert into queue_retries (message_id, queue, attempt, last_error, first_failed_at, failed_at)
+		values (?, ?, ?, ?, ?, ?)
+		on conflict (message_id) do update set
+			attempt = excluded.attempt, last_error = excluded.last_error, failed_at = excluded.failed_at`
+)
+
+// deadLetterMessage moves delivery attempt of message id to the dead-letter
+// queue with its last error. It reports whether the delivery was current.
+func deadLetterMessage(w writer, queue string, id ID, attempt int, orderKey, lastErr string, now time.Time) (bool, error) {
+	var (
+		body     []byte
+		created  string
+		priority int
+		seq      int64
+	)
+	err := w.queryRow(takeDeliveredQuery, queue, string(id), attempt).Scan(&body, &created, &priority)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("queue %s: take %s: %w", queue, id, err)
+	}
+	firstFailed := store.TS(now)
+	if attempt > 1 {
+		var ts store.Timestamp
+		err := w.queryRow(firstFailedQuery, string(id)).Scan(&ts)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return false, err
+		}
+		if !ts.IsZero() {
+			firstFailed = ts
+		}
+		if _, err := w.exec(deleteRetryQuery, string(id)); err != nil {
+			return false, err
+		}
+	}
+	if orderKey != "" {
+		if err := w.queryRow(orderSlotQuery, string(id)).Scan(&seq); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return false, err
+		}
+		if err := releaseOrder(w, queue, id, orderKey, now); err != nil {
+			return false, err
+		}
+	}
+	createdAt, _ := parseGQ(created)
+	if _, err := w.exec(insertDeadQuery, string(id), queue, "", nil, nil, "", orderKey, seq, priority, body,
+		attempt, lastErr, store.TS(createdAt), firstFailed, store.TS(now)); err != nil {
+		return false, fmt.Errorf("queue %s: dead-letter %s: %w", queue, id, err)
+	}
+	if _, err := w.exec(insertFailureQuery, queue, "", string(id), attempt, lastErr, "dead", store.TS(now)); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// retryMessage schedules delivery attempt of message id again at visible.
+func retryMessage(w writer, queue string, id ID, attempt int, lastErr string, visible, now time.Time) (bool, error) {
+	res, err := w.exec(retryMessageQuery, gqTimeCeil(visible), queue, string(id), attempt)
+	if err != nil {
+		return false, fmt.Errorf("queue %s: retry %s: %w", queue, id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	if _, err := w.exec(upsertRetryQuery, string(id), queue, attempt, lastErr, store.TS(now), store.TS(now)); err != nil {
+		return false, err
+	}
+	if _, err := w.exec(insertFailureQuery, queue, "", string(id), attempt, lastErr, "retry", store.TS(now)); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// goqite keeps its times as UTC text with milliseconds; queue/ writes the
+// same layout into the goqite table so goqite's own API stays compatible.
+const goqiteLayout = "2006-01-02T15:04:05.000Z"
+
+// A message held back behind an earlier message of its order key waits in
+// the goqite queue heldQueue(name), with a timeout that never comes, so that
+// receives on the queue never scan it; its release moves it back.
+const parkedTimeout = "9999-12-31T23:59:59.999Z"
+
+const heldSuffix = "~held"
+
+func heldQueue(name string) string { return name + heldSuffix }
+
+func gqTime(t time.Time) string { return t.UTC().Format(goqiteLayout) }
+
+// gqTimeCeil rounds t up to the millisecond, so "not before t" holds.
+func gqTimeCeil(t time.Time) string {
+	t = t.UTC()
+	if r := t.Sub(t.Truncate(time.Millisecond)); r > 0 {
+		t = t.Add(time.Millisecond - r)
+	}
+	return gqTime(t)
+}
+
+func parseGQ(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	return t.UTC(), err
+}
+
+// newID makes a message id in goqite's own format.
+func newID() ID {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return ID("m_" + hex.EncodeToString(b[:]))
+}
+
+// orderedID marks the id of a message with an order key ("o_" instead of
+// "m_"), so receives look up order keys only for those messages.
+func orderedID(id ID) ID { return "o_" + id[2:] }
+
+func isOrdered(id ID) bool { return strings.HasPrefix(string(id), "o_") }
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

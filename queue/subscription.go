@@ -1,0 +1,939 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"switchyard/store"
+)
+
+// RecordHandlerFunc handles one record of a topic inside tx, the transaction
+// that also commits the group's offset: the handler's writes and the commit
+// happen together or not at all (exactly-once for local effects). It runs on
+// the database's writer, so it must only use tx — no network calls, no
+// db.Tx. Return nil to commit, an error to retry with backoff (holding back
+// later records of the same key only), RetryAfter(d, err), or Permanent(err)
+// to dead-letter the record; the handler's writes are rolled back on error.
+type RecordHandlerFunc func(ctx context.Context, tx *sql.Tx, r Record) error
+
+// StartPosition is where a new consumer group begins.
+type StartPosition int
+
+// Start positions.
+const (
+	// StartEarliest reads every retained record (the default).
+	StartEarliest StartPosition = iota
+	// StartLatest reads only records published after the group is created.
+	StartLatest
+)
+
+// SubscribeOpts configure Topic.Subscribe. Zero values get defaults.
+type SubscribeOpts struct {
+	// Group names the consumer group; its offsets are shared by every
+	// subscriber of the group, in any process on the file.
+	Group string
+	// Handler is required.
+	Handler RecordHandlerFunc
+	// Retry is the group's failure policy (defaults in RetryPolicy).
+	Retry RetryPolicy
+	// Start applies only when the group is created.
+	Start StartPosition
+	// Concurrency is how many partitions may have a transaction in flight
+	// at once (default: all of them). Each partition has at most one, so its
+	// records are handled in offset order.
+	Concurrency int
+	// BatchSize caps the records handled in one transaction, each in its
+	// own savepoint (default 64).
+	BatchSize int
+	// MaxPending caps the unfinished records kept in memory per partition,
+	// including those held back behind a retrying record of their key; at
+	// the cap the partition stops reading ahead (default 4096).
+	MaxPending int
+	// PollInterval is how often the subscriber looks for records published
+	// by other processes (default 500 ms).
+	PollInterval time.Duration
+	// LeaseTTL is how long a partition stays owned without renewal
+	// (default 30 s); a standby subscriber takes over after it.
+	LeaseTTL time.Duration
+}
+
+// Subscription is a running member of a consumer group.
+type Subscription struct {
+	t     *Topic
+	db    *store.DB
+	group string
+	opts  SubscribeOpts
+	retry RetryPolicy
+	owner string
+	log   *slog.Logger
+
+	hctx    context.Context
+	hcancel context.CancelFunc
+
+	stopOnce  sync.Once
+	stopping  chan struct{}
+	abandon   chan struct{}
+	abandoned atomic.Bool
+	done      chan struct{}
+
+	results chan chunkResult
+
+	// Owned by the loop goroutine.
+	parts    []*partState
+	inflight int
+	next     int       // partition to look at first, for fairness
+	nextDue  time.Time // earliest retry of a held-back record
+}
+
+// partState is what the subscriber holds of an owned partition: its
+// unfinished records in offset order. Records finished out of order (other
+// keys passing a retrying one) are already gone from memory.
+type partState struct {
+	id        int
+	owned     bool
+	committed int64
+	fetchPos  int64
+	caughtUp  bool
+	doneBelow int64 // at load, done rows existed below this offset; fetches filter them
+	pending   []*entry
+	byOffset  map[int64]*entry
+	busy      bool      // a transaction of this partition is in flight
+	reload    bool      // memory disagrees with the database: read the partition again
+	loadAfter time.Time // when a failed load may be tried again
+	blocked   map[string]bool
+}
+
+type entry struct {
+	rec         Record
+	attempts    int // failed attempts so far
+	notBefore   time.Time
+	hasRetryRow bool
+	finished    bool
+}
+
+type recOutcome struct {
+	kind      outcome
+	notBefore time.Time
+	attempts  int
+	err       string
+	dur       time.Duration
+}
+
+const (
+	// outcomeAbandoned: the subscriber was stopping; the record stays as it was.
+	outcomeAbandoned outcome = iota + 100
+	// outcomeSkipped: an earlier record of the key failed in the same
+	// transaction, so this one waits too.
+	outcomeSkipped
+)
+
+type chunkResult struct {
+	part      *partState
+	items     []*entry
+	outs      []recOutcome
+	committed int64
+	err       error
+}
+
+// Subscribe creates the group if it is new (starting at opts.Start) and runs
+// a subscriber: it takes the partitions no live subscriber of the group owns
+// (lease locks), reads their logs from the committed offsets and hands the
+// records to the handler in offset order, except that the records of a key
+// with a record waiting for a retry are held back while other keys pass.
+// ctx carries values to the handler; cancelling it is a hard stop.
+func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscription, error) {
+	if opts.Handler == nil {
+		panic("queue: nil handler")
+	}
+	if opts.Group == "" {
+		panic("queue: empty group")
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = t.partitions
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 64
+	}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = 4096
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = 30 * time.Second
+	}
+	hubFor(t.db).stmts.prepare(ctx, t.db)
+	if err := t.createGroup(ctx, opts.Group, opts.Start); err != nil {
+		return nil, err
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	s := &Subscription{
+		t:        t,
+		db:       t.db,
+		group:    opts.Group,
+		opts:     opts,
+		retry:    opts.Retry.withDefaults(),
+		owner:    "sub/" + string(newID()),
+		log:      t.log.With(slog.String("group", opts.Group)),
+		hctx:     hctx,
+		hcancel:  cancel,
+		stopping: make(chan struct{}),
+		abandon:  make(chan struct{}),
+		done:     make(chan struct{}),
+		results:  make(chan chunkResult, opts.Concurrency),
+	}
+	for p := range t.partitions {
+		s.parts = append(s.parts, &partState{id: p})
+	}
+	go func() {
+		defer close(s.done)
+		s.loop()
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.hardStop()
+		case <-s.done:
+		}
+	}()
+	return s, nil
+}
+
+func (t *Topic) createGroup(ctx context.Context, group string, start StartPosition) error {
+	err := t.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `
+			insert into queue_groups (topic, grp, created_at) values (?, ?, ?)
+			on conflict (topic, grp) do nothing`, t.name, group, store.TS(t.db.Now())); err != nil {
+			return err
+		}
+		for p := range t.partitions {
+			var first, end int64
+			if err := tx.QueryRowContext(ctx, logBoundsQuery, t.name, p, t.name, p).Scan(&first, &end); err != nil {
+				return err
+			}
+			committed := first
+			if start == StartLatest {
+				committed = end
+			}
+			if _, err := tx.ExecContext(ctx, `
+				insert into queue_group_offsets (topic, grp, partition_id, committed) values (?, ?, ?, ?)
+				on conflict (topic, grp, partition_id) do nothing`, t.name, group, p, committed); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("queue: create group %s/%s: %w", t.name, group, err)
+	}
+	return nil
+}
+
+// Stop stops handing out records, waits for the transactions in flight and
+// releases the group's partitions for another subscriber. When ctx ends
+// first, the handlers' context is cancelled; records not committed are
+// handled again by the next owner. Stop returns ctx's error in that case.
+func (s *Subscription) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stopping) })
+	select {
+	case <-s.done:
+		s.hcancel()
+		return nil
+	case <-ctx.Done():
+		s.hardStop()
+		<-s.done
+		return ctx.Err()
+	}
+}
+
+func (s *Subscription) hardStop() {
+	s.stopOnce.Do(func() { close(s.stopping) })
+	if s.abandoned.CompareAndSwap(false, true) {
+		close(s.abandon)
+		s.hcancel()
+	}
+}
+
+func (s *Subscription) loop() {
+	ctx := context.WithoutCancel(s.hctx)
+	stopping := s.stopping
+	topicSig := s.t.sig
+	groupSig := groupSignal(s.db, s.t.name, s.group)
+	renew := time.NewTicker(max(s.opts.LeaseTTL/3, time.Millisecond))
+	defer renew.Stop()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	lastPoll, lastGauges := time.Now(), time.Now()
+	s.renewLeases(ctx)
+	s.updateGauges(ctx)
+
+	for {
+		if stopping == nil && s.inflight == 0 {
+			break
+		}
+		topicWake, groupWake := topicSig.wait(), groupSig.wait()
+		if stopping != nil {
+			for _, p := range s.parts {
+				// Reload only with nothing in flight, so the records read
+				// back are not being handled at the same time.
+				if p.owned && p.reload && !p.busy && time.Now().After(p.loadAfter) {
+					s.load(ctx, p)
+				}
+			}
+			s.refill(ctx)
+			s.dispatch()
+		}
+		timer.Reset(s.waitFor(lastPoll))
+		select {
+		case r := <-s.results:
+			s.apply(r)
+		case <-topicWake:
+			if topicSig.uncommitted.Swap(false) {
+				// A PublishTx woke us before its transaction committed: let the
+				// writer finish it, so the read pool sees the record.
+				_ = s.db.Tx(ctx, func(*sql.Tx) error { return nil })
+			}
+			s.wakeAll()
+		case <-groupWake:
+			s.loadRedriven(ctx)
+		case <-timer.C:
+			if time.Since(lastPoll) >= s.opts.PollInterval {
+				lastPoll = time.Now()
+				s.wakeAll()
+				s.loadRedriven(ctx)
+			}
+			if time.Since(lastGauges) >= time.Second {
+				lastGauges = time.Now()
+				s.updateGauges(ctx)
+			}
+		case <-renew.C:
+			s.renewLeases(ctx)
+		case <-stopping:
+			stopping = nil
+		case <-s.abandon:
+			s.releaseLeases(ctx)
+			return
+		}
+	}
+	s.updateGauges(ctx)
+	s.releaseLeases(ctx)
+}
+
+// waitFor is how long the loop may sleep: until the next poll, or until the
+// earliest held-back retry is due by the store's clock.
+func (s *Subscription) waitFor(lastPoll time.Time) time.Duration {
+	d := max(min(s.opts.PollInterval-time.Since(lastPoll), time.Second), time.Millisecond)
+	if !s.nextDue.IsZero() {
+		d = min(d, max(s.nextDue.Sub(s.db.Now()), time.Millisecond))
+	}
+	return d
+}
+
+func (s *Subscription) wakeAll() {
+	for _, p := range s.parts {
+		p.caughtUp = false
+	}
+}
+
+// renewLeases keeps the partitions this subscriber owns and takes free ones.
+func (s *Subscription) renewLeases(ctx context.Context) {
+	for _, p := range s.parts {
+		held, err := s.db.AcquireLease(ctx, leaseName(s.t.name, s.group, p.id), s.owner, s.opts.LeaseTTL)
+		if err != nil {
+			s.log.Error("queue lease failed", slog.Int("partition", p.id), slog.Any("err", err))
+			continue
+		}
+		switch {
+		case held && !p.owned:
+			p.owned = true
+			s.load(ctx, p)
+			s.log.Info("queue partition taken", slog.Int("partition", p.id), slog.Int64("committed", p.committed))
+		case !held && p.owned:
+			s.drop(p)
+			p.owned = false
+			s.log.Warn("queue partition lost to another subscriber", slog.Int("partition", p.id))
+		}
+	}
+}
+
+func (s *Subscription) releaseLeases(ctx context.Context) {
+	for _, p := range s.parts {
+		if p.owned {
+			if err := s.db.ReleaseLease(ctx, leaseName(s.t.name, s.group, p.id), s.owner); err != nil {
+				s.log.Error("queue lease release failed", slog.Int("partition", p.id), slog.Any("err", err))
+			}
+			p.owned = false
+			s.drop(p)
+		}
+	}
+}
+
+// drop forgets a partition's in-memory state. A transaction still in
+// flight for it reports to the old state, which is no longer looked at.
+func (s *Subscription) drop(p *partState) {
+	p.pending = nil
+	p.byOffset = map[int64]*entry{}
+	p.reload = false
+}
+
+const (
+	committedQuery = `select committed from queue_group_offsets where topic = ? and grp = ? and partition_id = ?`
+	maxDoneQuery   = `select coalesce(max(log_offset), -1) from queue_group_done where topic = ? and grp = ? and partition_id = ?`
+	retriesQuery   = `
+		select r.partition_id, r.log_offset, r.key, coalesce(r.value, l.value), r.published_at, r.attempts, r.not_before
+		from queue_group_retries r
+		left join queue_topic_log l on l.topic = r.topic and l.partition_id = r.partition_id and l.log_offset = r.log_offset
+		where r.topic = ? and r.grp = ? and r.partition_id = ?`
+)
+
+// load reads an owned partition's state: its committed offset and its
+// records in retry; the log is then read from the committed offset.
+func (s *Subscription) load(ctx context.Context, p *partState) {
+	s.drop(p)
+	err := func() error {
+		if err := readRow(ctx, s.db, committedQuery, s.t.name, s.group, p.id).Scan(&p.committed); err != nil {
+			return err
+		}
+		var maxDone int64
+		if err := readRow(ctx, s.db, maxDoneQuery, s.t.name, s.group, p.id).Scan(&maxDone); err != nil {
+			return err
+		}
+		p.fetchPos, p.doneBelow, p.caughtUp = p.committed, maxDone+1, false
+		return s.readRetries(ctx, p)
+	}()
+	if err != nil {
+		s.log.Error("queue partition load failed", slog.Int("partition", p.id), slog.Any("err", err))
+		p.reload, p.loadAfter = true, time.Now().Add(s.opts.PollInterval)
+	}
+}
+
+// readRetries adds the partition's records in retry that are not in memory
+// yet: all of them at load, redriven ones later.
+func (s *Subscription) readRetries(ctx context.Context, p *partState) error {
+	rows, err := readQuery(ctx, s.db, retriesQuery, s.t.name, s.group, p.id)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e := &entry{hasRetryRow: true, rec: Record{Topic: s.t.name}}
+		var (
+			value     []byte
+			published store.Timestamp
+			notBefore store.Timestamp
+		)
+		if err := rows.Scan(&e.rec.Partition, &e.rec.Offset, &e.rec.Key, &value, &published, &e.attempts, &notBefore); err != nil {
+			return err
+		}
+		if _, known := p.byOffset[e.rec.Offset]; known {
+			continue
+		}
+		if value == nil {
+			s.log.Error("queue record in retry is no longer in the log", slog.Int("partition", p.id), slog.Int64("offset", e.rec.Offset))
+			continue
+		}
+		e.rec.Value, e.rec.PublishedAt, e.notBefore = value, published.Time, notBefore.Time
+		s.add(p, e)
+	}
+	return rows.Err()
+}
+
+// loadRedriven picks up records an operator redrove (possibly from another
+// process) into the owned partitions.
+func (s *Subscription) loadRedriven(ctx context.Context) {
+	for _, p := range s.parts {
+		if !p.owned || p.reload {
+			continue
+		}
+		if err := s.readRetries(ctx, p); err != nil {
+			s.log.Error("queue redriven records not read", slog.Int("partition", p.id), slog.Any("err", err))
+		}
+	}
+}
+
+// add puts e among the partition's unfinished records, in offset order.
+func (s *Subscription) add(p *partState, e *entry) {
+	n := len(p.pending)
+	if n == 0 || p.pending[n-1].rec.Offset < e.rec.Offset {
+		p.pending = append(p.pending, e)
+	} else {
+		i := sort.Search(n, func(i int) bool { return p.pending[i].rec.Offset > e.rec.Offset })
+		p.pending = append(p.pending, nil)
+		copy(p.pending[i+1:], p.pending[i:])
+		p.pending[i] = e
+	}
+	p.byOffset[e.rec.Offset] = e
+}
+
+const fetchQuery = `
+	select log_offset, key, value, published_at from queue_topic_log
+	where topic = ? and partition_id = ? and log_offset >= ?
+	order by log_offset limit ?`
+
+// refill reads ahead in the logs of owned partitions that have room.
+func (s *Subscription) refill(ctx context.Context) {
+	for _, p := range s.parts {
+		if !p.owned || p.caughtUp || p.reload {
+			continue
+		}
+		room := s.opts.MaxPending - len(p.byOffset)
+		if room < s.opts.BatchSize && len(p.byOffset) > 0 {
+			continue
+		}
+		if err := s.fetch(ctx, p, min(max(room, 1), 512)); err != nil {
+			s.log.Error("queue fetch failed", slog.Int("partition", p.id), slog.Any("err", err))
+			p.caughtUp = true // try again at the next poll
+		}
+	}
+}
+
+func (s *Subscription) fetch(ctx context.Context, p *partState, n int) error {
+	rows, err := readQuery(ctx, s.db, fetchQuery, s.t.name, p.id, p.fetchPos, n)
+	if err != nil {
+		return err
+	}
+	var page []*entry
+	for rows.Next() {
+		e := &entry{rec: Record{Topic: s.t.name, Partition: p.id}}
+		var at store.Timestamp
+		if err := rows.Scan(&e.rec.Offset, &e.rec.Key, &e.rec.Value, &at); err != nil {
+			rows.Close()
+			return err
+		}
+		e.rec.PublishedAt = at.Time
+		page = append(page, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	p.caughtUp = len(page) < n
+	if len(page) == 0 {
+		return nil
+	}
+	var done map[int64]bool
+	if page[0].rec.Offset < p.doneBelow {
+		if done, err = s.doneIn(ctx, p, page[0].rec.Offset, page[len(page)-1].rec.Offset); err != nil {
+			return err
+		}
+	}
+	for _, e := range page {
+		if _, known := p.byOffset[e.rec.Offset]; known || done[e.rec.Offset] {
+			continue
+		}
+		s.add(p, e)
+	}
+	p.fetchPos = page[len(page)-1].rec.Offset + 1
+	return nil
+}
+
+func (s *Subscription) doneIn(ctx context.Context, p *partState, from, to int64) (map[int64]bool, error) {
+	rows, err := s.db.Read.QueryContext(ctx, `
+		select log_offset from queue_group_done
+		where topic = ? and grp = ? and partition_id = ? and log_offset between ? and ?`,
+		s.t.name, s.group, p.id, from, to)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	done := map[int64]bool{}
+	for rows.Next() {
+		var off int64
+		if err := rows.Scan(&off); err != nil {
+			return nil, err
+		}
+		done[off] = true
+	}
+	return done, rows.Err()
+}
+
+// dispatch starts a transaction for each owned partition that has none in
+// flight and has records to handle, up to Concurrency at once.
+func (s *Subscription) dispatch() {
+	now := s.db.Now()
+	s.nextDue = time.Time{}
+	for i := range s.parts {
+		p := s.parts[(s.next+i)%len(s.parts)]
+		if !p.owned || p.reload {
+			continue
+		}
+		items := s.pick(p, now, !p.busy && s.inflight < s.opts.Concurrency)
+		if len(items) == 0 {
+			continue
+		}
+		p.busy = true
+		s.inflight++
+		metricReceived.WithLabelValues(s.t.name, s.group).Add(float64(len(items)))
+		go s.runChunk(p, items)
+	}
+	s.next = (s.next + 1) % len(s.parts)
+}
+
+// pick takes the partition's first unfinished records in offset order, up to
+// BatchSize, passing over the keys whose earliest record waits for a retry.
+// It also notes when the earliest such retry is due; with take false it only
+// does that.
+func (s *Subscription) pick(p *partState, now time.Time, take bool) []*entry {
+	if p.blocked == nil {
+		p.blocked = map[string]bool{}
+	}
+	clear(p.blocked)
+	var items []*entry
+	for _, e := range p.pending {
+		if p.blocked[e.rec.Key] {
+			continue
+		}
+		if e.notBefore.After(now) {
+			p.blocked[e.rec.Key] = true
+			if s.nextDue.IsZero() || e.notBefore.Before(s.nextDue) {
+				s.nextDue = e.notBefore
+			}
+			continue
+		}
+		if !take {
+			continue
+		}
+		items = append(items, e)
+		if len(items) == s.opts.BatchSize {
+			break
+		}
+	}
+	return items
+}
+
+func (s *Subscription) runChunk(p *partState, items []*entry) {
+	r := chunkResult{part: p, items: items, outs: make([]recOutcome, len(items)), committed: -1}
+	ctx := context.WithoutCancel(s.hctx)
+	r.err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		r.committed, err = s.applyChunk(ctx, tx, p.id, items, r.outs)
+		return err
+	})
+	s.results <- r
+}
+
+// applyChunk runs each record's handler in its own savepoint, in offset
+// order, then records the outcome in the same transaction: the offset
+// commit on success, the retry state or the dead letter on failure. A
+// record whose key failed earlier in the chunk is skipped. It returns the
+// partition's committed offset after folding the finished records into it.
+func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int, items []*entry, outs []recOutcome) (int64, error) {
+	now := s.db.Now()
+	w := newWriter(ctx, tx, s.db)
+	var failed map[string]bool
+	halt := false
+	for i, e := range items {
+		rec := e.rec
+		rec.Attempt = e.attempts + 1
+		out := &outs[i]
+		*out = recOutcome{kind: outcomeSkipped, attempts: rec.Attempt}
+		if halt || failed[rec.Key] {
+			continue
+		}
+		if _, err := w.exec(savepointQuery); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		herr := s.call(tx, rec)
+		out.dur = time.Since(start)
+		if herr == nil {
+			herr = s.markFinished(w, e)
+			if herr == nil {
+				if _, err := w.exec(releaseSavepointQuery); err != nil {
+					return 0, err
+				}
+				out.kind = outcomeDone
+				continue
+			}
+		}
+		if _, err := w.exec(rollbackSavepointQuery); err != nil {
+			return 0, fmt.Errorf("roll back record %d:%d: %w (after %v)", rec.Partition, rec.Offset, err, herr)
+		}
+		if _, err := w.exec(releaseSavepointQuery); err != nil {
+			return 0, err
+		}
+		switch {
+		case errors.Is(herr, errStale):
+			out.kind, halt = outcomeStale, true
+			continue
+		case s.hctx.Err() != nil:
+			out.kind, halt = outcomeAbandoned, true
+			continue
+		}
+		out.err = errorText(herr)
+		d := s.retry.decide(rec.Attempt, herr)
+		var err error
+		if d.dead {
+			out.kind = outcomeDead
+			err = s.deadLetter(w, e, rec.Attempt, out.err, now)
+		} else {
+			out.kind = outcomeRetry
+			out.notBefore = now.Add(d.delay)
+			err = s.scheduleRetry(w, e, rec.Attempt, out.err, out.notBefore, now)
+			if failed == nil {
+				failed = map[string]bool{}
+			}
+			failed[rec.Key] = true
+		}
+		if errors.Is(err, errStale) {
+			out.kind, halt = outcomeStale, true
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return s.compact(w, partition)
+}
+
+func (s *Subscription) call(tx *sql.Tx, r Record) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return s.opts.Handler(s.hctx, tx, r)
+}
+
+const (
+	savepointQuery         = `savepoint queue_record`
+	releaseSavepointQuery  = `release queue_record`
+	rollbackSavepointQuery = `rollback to queue_record`
+	deleteRecordRetryQuery = `
+		delete from queue_group_retries
+		where topic = ? and grp = ? and partition_id = ? and log_offset = ? and attempts = ?`
+	advanceQuery = `
+		update queue_group_offsets set committed = ?
+		where topic = ? and grp = ? and partition_id = ? and committed = ?`
+	insertDoneQuery = `
+		insert into queue_group_done (topic, grp, partition_id, log_offset)
+		select ?, ?, ?, ? where ? > (select committed from queue_group_offsets where topic = ? and grp = ? and partition_id = ?)
+		on conflict do nothing`
+)
+
+// markFinished records that e is finished for the group. It fails with
+// errStale when another owner finished or changed e first, which makes the
+// caller roll back the record's effects.
+func (s *Subscription) markFinished(w writer, e *entry) error {
+	topic, group, p, off := s.t.name, s.group, e.rec.Partition, e.rec.Offset
+	if e.hasRetryRow {
+		if n, err := affected(w.exec(deleteRecordRetryQuery, topic, group, p, off, e.attempts)); err != nil || n == 0 {
+			return staleUnless(err)
+		}
+	}
+	if n, err := affected(w.exec(advanceQuery, off+1, topic, group, p, off)); err != nil || n == 1 {
+		return err
+	}
+	n, err := affected(w.exec(insertDoneQuery, topic, group, p, off, off, topic, group, p))
+	if err != nil || n == 1 {
+		return err
+	}
+	if e.hasRetryRow {
+		return nil // a redriven record below the committed offset
+	}
+	return errStale
+}
+
+const (
+	insertRecordRetryQuery = `
+		insert into queue_group_retries (topic, grp, partition_id, log_offset, key, value, published_at, attempts, not_before, last_error, first_failed_at)
+		select ?, ?, ?, ?, ?, null, ?, ?, ?, ?, ?
+		where ? >= (select committed from queue_group_offsets where topic = ? and grp = ? and partition_id = ?)
+		and not exists (select 1 from queue_group_done where topic = ? and grp = ? and partition_id = ? and log_offset = ?)
+		on conflict do nothing`
+	updateRecordRetryQuery = `
+		update queue_group_retries set attempts = ?, not_before = ?, last_error = ?, first_failed_at = coalesce(first_failed_at, ?)
+		where topic = ? and grp = ? and partition_id = ? and log_offset = ? and attempts = ?`
+	firstFailedRecordQuery = `
+		select first_failed_at from queue_group_retries
+		where topic = ? and grp = ? and partition_id = ? and log_offset = ?`
+)
+
+func (s *Subscription) scheduleRetry(w writer, e *entry, attempt int, text string, notBefore, now time.Time) error {
+	topic, group, p, off := s.t.name, s.group, e.rec.Partition, e.rec.Offset
+	var (
+		n   int64
+		err error
+	)
+	if e.hasRetryRow {
+		n, err = affected(w.exec(updateRecordRetryQuery, attempt, store.TS(notBefore), text, store.TS(now), topic, group, p, off, e.attempts))
+	} else {
+		n, err = affected(w.exec(insertRecordRetryQuery, topic, group, p, off, e.rec.Key, store.TS(e.rec.PublishedAt),
+			attempt, store.TS(notBefore), text, store.TS(now), off, topic, group, p, topic, group, p, off))
+	}
+	if err != nil || n == 0 {
+		return staleUnless(err)
+	}
+	_, err = w.exec(insertFailureQuery, topic, group, recordID(p, off), attempt, text, "retry", store.TS(now))
+	return err
+}
+
+func (s *Subscription) deadLetter(w writer, e *entry, attempt int, text string, now time.Time) error {
+	topic, group, p, off := s.t.name, s.group, e.rec.Partition, e.rec.Offset
+	firstFailed := store.TS(now)
+	if e.hasRetryRow {
+		var ts store.Timestamp
+		if err := w.queryRow(firstFailedRecordQuery, topic, group, p, off).Scan(&ts); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if !ts.IsZero() {
+			firstFailed = ts
+		}
+	}
+	if err := s.markFinished(w, e); err != nil {
+		return err
+	}
+	if _, err := w.exec(insertDeadQuery, "r_"+string(newID())[2:], topic, group, p, off, e.rec.Key, "", 0, 0, e.rec.Value,
+		attempt, text, store.TS(e.rec.PublishedAt), firstFailed, store.TS(now)); err != nil {
+		return err
+	}
+	_, err := w.exec(insertFailureQuery, topic, group, recordID(p, off), attempt, text, "dead", store.TS(now))
+	return err
+}
+
+const (
+	doneAboveQuery = `
+		select log_offset from queue_group_done
+		where topic = ? and grp = ? and partition_id = ? and log_offset >= ?
+		order by log_offset limit 1000`
+	setCommittedQuery    = `update queue_group_offsets set committed = ? where topic = ? and grp = ? and partition_id = ?`
+	deleteDoneBelowQuery = `delete from queue_group_done where topic = ? and grp = ? and partition_id = ? and log_offset < ?`
+)
+
+// compact folds the finished records just above the committed offset into
+// it and returns the new committed offset.
+func (s *Subscription) compact(w writer, p int) (int64, error) {
+	topic, group := s.t.name, s.group
+	var c int64
+	if err := w.queryRow(committedQuery, topic, group, p).Scan(&c); err != nil {
+		return 0, err
+	}
+	rows, err := w.query(doneAboveQuery, topic, group, p, c)
+	if err != nil {
+		return 0, err
+	}
+	next := c
+	for rows.Next() {
+		var off int64
+		if err := rows.Scan(&off); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if off != next {
+			break
+		}
+		next++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if next == c {
+		return c, nil
+	}
+	if _, err := w.exec(setCommittedQuery, next, topic, group, p); err != nil {
+		return 0, err
+	}
+	if _, err := w.exec(deleteDoneBelowQuery, topic, group, p, next); err != nil {
+		return 0, err
+	}
+	return next, nil
+}
+
+// apply updates memory after a transaction of records committed or failed.
+func (s *Subscription) apply(r chunkResult) {
+	s.inflight--
+	p := r.part
+	p.busy = false
+	if r.err != nil {
+		// Nothing of the transaction was kept; the records are tried again
+		// shortly, without counting an attempt.
+		s.log.Error("queue records not committed; trying again", slog.Int("partition", p.id), slog.Int("count", len(r.items)), slog.Any("err", r.err))
+		retryAt := s.db.Now().Add(time.Second)
+		for _, e := range r.items {
+			e.notBefore = retryAt
+		}
+		return
+	}
+	if r.committed >= 0 {
+		p.committed = r.committed
+	}
+	finished := 0
+	for i, e := range r.items {
+		out := r.outs[i]
+		if out.kind != outcomeAbandoned && out.kind != outcomeStale && out.kind != outcomeSkipped {
+			metricDuration.WithLabelValues(s.t.name, s.group).Observe(out.dur.Seconds())
+		}
+		switch out.kind {
+		case outcomeDone:
+			metricSucceeded.WithLabelValues(s.t.name, s.group).Inc()
+			e.finished = true
+			finished++
+		case outcomeDead:
+			metricDead.WithLabelValues(s.t.name, s.group).Inc()
+			s.log.Error("queue record dead-lettered", slog.Int("partition", e.rec.Partition), slog.Int64("offset", e.rec.Offset),
+				slog.Int("attempt", out.attempts), slog.String("outcome", "dead"), slog.String("err", out.err))
+			e.finished = true
+			finished++
+		case outcomeRetry:
+			metricRetried.WithLabelValues(s.t.name, s.group).Inc()
+			s.log.Warn("queue record failed; will retry", slog.Int("partition", e.rec.Partition), slog.Int64("offset", e.rec.Offset),
+				slog.Int("attempt", out.attempts), slog.String("outcome", "retry"), slog.Time("retry_at", out.notBefore), slog.String("err", out.err))
+			e.attempts, e.notBefore, e.hasRetryRow = out.attempts, out.notBefore, true
+		case outcomeStale:
+			s.log.Warn("queue record was finished by another owner; reloading the partition",
+				slog.Int("partition", e.rec.Partition), slog.Int64("offset", e.rec.Offset))
+			p.reload = true
+		}
+	}
+	if finished == 0 || p.byOffset[r.items[0].rec.Offset] != r.items[0] {
+		return // nothing to remove, or the partition was dropped meanwhile
+	}
+	kept := p.pending[:0]
+	for _, e := range p.pending {
+		if e.finished {
+			delete(p.byOffset, e.rec.Offset)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	clear(p.pending[len(kept):])
+	p.pending = kept
+}
+
+// updateGauges exports the lag of the owned partitions.
+func (s *Subscription) updateGauges(ctx context.Context) {
+	for _, p := range s.parts {
+		if !p.owned {
+			continue
+		}
+		gs, err := groupPartitionStats(ctx, s.db, s.t.name, s.group, p.id, s.db.Now())
+		if err != nil {
+			s.log.Error("queue lag not read", slog.Int("partition", p.id), slog.Any("err", err))
+			continue
+		}
+		part := strconv.Itoa(p.id)
+		metricLag.WithLabelValues(s.t.name, s.group, part).Set(float64(gs.Lag))
+		metricOldest.WithLabelValues(s.t.name, s.group, part).Set(gs.OldestAge.Seconds())
+	}
+}
+
+func staleUnless(err error) error {
+	if err != nil {
+		return err
+	}
+	return errStale
+}
+
+func recordID(partition int, offset int64) string {
+	return strconv.Itoa(partition) + ":" + strconv.FormatInt(offset, 10)
+}

@@ -1,0 +1,330 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"time"
+
+	"switchyard/store"
+)
+
+// TopicOpts configure NewTopic. Zero values get defaults.
+type TopicOpts struct {
+	DB *store.DB
+	// Name of the topic, e.g. "pin.identity.users.v1".
+	Name string
+	// Partitions is fixed when the topic is first declared (default 6).
+	Partitions int
+	// Retention is how long records are kept (default 7 days). A record that
+	// some group has not finished yet is kept regardless.
+	Retention time.Duration
+	// Logger gets consumer events; nil discards.
+	Logger *slog.Logger
+}
+
+// Topic defaults.
+const (
+	DefaultPartitions = 6
+	DefaultRetention  = 7 * 24 * time.Hour
+)
+
+// Topic is a Kafka-style topic: keyed records in N partitions, each an
+// append-only log with dense offsets, read by consumer groups.
+type Topic struct {
+	db         *store.DB
+	name       string
+	partitions int
+	log        *slog.Logger
+	sig        *signal
+}
+
+// Position is where a record was written.
+type Position struct {
+	Partition int   `json:"partition"`
+	Offset    int64 `json:"offset"`
+}
+
+// Record is one record of a topic's log.
+type Record struct {
+	Topic       string
+	Partition   int
+	Offset      int64
+	Key         string
+	Value       []byte
+	PublishedAt time.Time
+	// Attempt is set for consumers: 1 on the first delivery to the group.
+	Attempt int
+}
+
+// NewTopic declares the topic (persisting its name, partition count and
+// retention so other processes see it) and returns it. Declaring an existing
+// topic with another partition count fails with ErrTopicMismatch; a new
+// retention replaces the old one.
+func NewTopic(ctx context.Context, opts TopicOpts) (*Topic, error) {
+	if opts.DB == nil {
+		panic("queue: nil DB")
+	}
+	if opts.Name == "" {
+		panic("queue: empty topic name")
+	}
+	if opts.Partitions <= 0 {
+		opts.Partitions = DefaultPartitions
+	}
+	if opts.Partitions > 1024 {
+		return nil, fmt.Errorf("queue: topic %s: %d partitions is more than 1024", opts.Name, opts.Partitions)
+	}
+	if opts.Retention <= 0 {
+		opts.Retention = DefaultRetention
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	db := opts.DB
+	hubFor(db).stmts.prepare(ctx, db)
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `
+			insert into queue_topics (name, partitions, retention_seconds, created_at) values (?, ?, ?, ?)
+			on conflict (name) do update set retention_seconds = excluded.retention_seconds`,
+			opts.Name, opts.Partitions, int64(opts.Retention/time.Second), store.TS(db.Now())); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, `select partitions from queue_topics where name = ?`, opts.Name).Scan(&n); err != nil {
+			return err
+		}
+		if n != opts.Partitions {
+			return fmt.Errorf("%w: %s has %d, declared with %d", ErrTopicMismatch, opts.Name, n, opts.Partitions)
+		}
+		for p := range n {
+			if _, err := tx.ExecContext(ctx, `
+				insert into queue_topic_partitions (topic, partition_id, next_offset) values (?, ?, 0)
+				on conflict (topic, partition_id) do nothing`, opts.Name, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: declare topic %s: %w", opts.Name, err)
+	}
+	return &Topic{
+		db:         db,
+		name:       opts.Name,
+		partitions: opts.Partitions,
+		log:        opts.Logger.With(slog.String("topic", opts.Name)),
+		sig:        topicSignal(db, opts.Name),
+	}, nil
+}
+
+// Name returns the topic's name.
+func (t *Topic) Name() string { return t.name }
+
+// Partitions returns the topic's partition count.
+func (t *Topic) Partitions() int { return t.partitions }
+
+// PartitionFor is the partition of key among n: FNV-1a (32-bit) of the key's
+// bytes, modulo n. It never changes, so a key's records stay in one partition.
+func PartitionFor(key string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}
+
+// Publish appends a record in its own transaction (grouped with concurrent
+// writers) and returns once it is committed.
+func (t *Topic) Publish(ctx context.Context, key string, value []byte) (Position, error) {
+	var pos Position
+	err := t.db.Tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		pos, err = publish(ctx, tx, t.db, t.name, t.partitions, key, value)
+		return err
+	})
+	if err != nil {
+		return Position{}, err
+	}
+	metricSent.WithLabelValues(t.name).Inc()
+	t.sig.notify()
+	return pos, nil
+}
+
+// PublishTx appends a record inside the caller's transaction: it exists, and
+// its offset is taken, if and only if the transaction commits.
+func (t *Topic) PublishTx(ctx context.Context, tx *sql.Tx, key string, value []byte) (Position, error) {
+	pos, err := publish(ctx, tx, t.db, t.name, t.partitions, key, value)
+	if err != nil {
+		return Position{}, err
+	}
+	metricSent.WithLabelValues(t.name).Inc()
+	t.sig.notifyUncommitted()
+	return pos, nil
+}
+
+const (
+	nextOffsetQuery = `
+		update queue_topic_partitions set next_offset = next_offset + 1
+		where topic = ? and partition_id = ?
+		returning next_offset - 1`
+	appendQuery = `
+		insert into queue_topic_log (topic, partition_id, log_offset, key, value, published_at)
+		values (?, ?, ?, ?, ?, ?)`
+)
+
+func publish(ctx context.Context, tx *sql.Tx, db *store.DB, topic string, partitions int, key string, value []byte) (Position, error) {
+	if key == "" {
+		return Position{}, fmt.Errorf("queue: publish to %s: empty key", topic)
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	w := newWriter(ctx, tx, db)
+	pos := Position{Partition: PartitionFor(key, partitions)}
+	if err := w.queryRow(nextOffsetQuery, topic, pos.Partition).Scan(&pos.Offset); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return Position{}, fmt.Errorf("queue: publish to %s: %w", topic, ErrNotFound)
+		}
+		return Position{}, fmt.Errorf("queue: publish to %s: %w", topic, err)
+	}
+	if _, err := w.exec(appendQuery, topic, pos.Partition, pos.Offset, key, value, store.TS(db.Now())); err != nil {
+		return Position{}, fmt.Errorf("queue: publish to %s: %w", topic, err)
+	}
+	return pos, nil
+}
+
+// ReadFilter selects records of a topic's retained log.
+type ReadFilter struct {
+	// Partition to read; nil reads every partition.
+	Partition *int
+	// FromOffset is the first offset read in each partition.
+	FromOffset int64
+	// Limit caps the records returned (default 100, at most 1000).
+	Limit int
+}
+
+const readLogQuery = `
+	select partition_id, log_offset, key, value, published_at from queue_topic_log
+	where topic = ? and (? or partition_id = ?) and log_offset >= ?
+	order by partition_id, log_offset
+	limit ?`
+
+// Read returns retained records in partition and offset order, without
+// touching any group's offsets.
+func (t *Topic) Read(ctx context.Context, f ReadFilter) ([]Record, error) {
+	return readLog(ctx, t.db, t.name, f)
+}
+
+func readLog(ctx context.Context, db *store.DB, topic string, f ReadFilter) ([]Record, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	f.Limit = min(f.Limit, 1000)
+	all, part := true, 0
+	if f.Partition != nil {
+		all, part = false, *f.Partition
+	}
+	rows, err := readQuery(ctx, db, readLogQuery, topic, all, part, f.FromOffset, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("queue: read %s: %w", topic, err)
+	}
+	defer rows.Close()
+	var recs []Record
+	for rows.Next() {
+		r := Record{Topic: topic}
+		var at store.Timestamp
+		if err := rows.Scan(&r.Partition, &r.Offset, &r.Key, &r.Value, &at); err != nil {
+			return nil, err
+		}
+		r.PublishedAt = at.Time
+		recs = append(recs, r)
+	}
+	return recs, rows.Err()
+}
+
+// topicInfo is a topic as declared in the database.
+type topicInfo struct {
+	name       string
+	partitions int
+	retention  time.Duration
+}
+
+func loadTopic(ctx context.Context, db *store.DB, name string) (topicInfo, error) {
+	ti := topicInfo{name: name}
+	var secs int64
+	err := db.Read.QueryRowContext(ctx, `select partitions, retention_seconds from queue_topics where name = ?`, name).Scan(&ti.partitions, &secs)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ti, fmt.Errorf("queue: topic %s: %w", name, ErrNotFound)
+	}
+	ti.retention = time.Duration(secs) * time.Second
+	return ti, err
+}
+
+// SeekGroup moves a group's committed offsets, so that it replays (or
+// skips) records: offsets maps a partition to the next offset to handle;
+// partitions not in the map keep theirs. An offset below the retained log is
+// moved to its first record, one past the end to the end. The partitions'
+// retry state is cleared; dead letters stay. It fails with ErrGroupActive
+// while a subscriber holds any of the group's partitions.
+func (t *Topic) SeekGroup(ctx context.Context, group string, offsets map[int]int64) error {
+	owner := "seek/" + string(newID())
+	var held []int
+	defer func() {
+		for _, p := range held {
+			_ = t.db.ReleaseLease(context.WithoutCancel(ctx), leaseName(t.name, group, p), owner)
+		}
+	}()
+	for p := range offsets {
+		if p < 0 || p >= t.partitions {
+			return fmt.Errorf("queue: seek %s/%s: no partition %d", t.name, group, p)
+		}
+		ok, err := t.db.AcquireLease(ctx, leaseName(t.name, group, p), owner, time.Minute)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("queue: seek %s/%s: %w", t.name, group, ErrGroupActive)
+		}
+		held = append(held, p)
+	}
+	return t.db.Tx(ctx, func(tx *sql.Tx) error {
+		var exists int
+		if err := tx.QueryRowContext(ctx, `select count(*) from queue_groups where topic = ? and grp = ?`, t.name, group).Scan(&exists); err != nil {
+			return err
+		}
+		if exists == 0 {
+			return fmt.Errorf("queue: seek %s/%s: %w", t.name, group, ErrNotFound)
+		}
+		for p, off := range offsets {
+			var first, end int64
+			if err := tx.QueryRowContext(ctx, logBoundsQuery, t.name, p, t.name, p).Scan(&first, &end); err != nil {
+				return err
+			}
+			off = min(max(off, first), end)
+			if _, err := tx.ExecContext(ctx, `update queue_group_offsets set committed = ? where topic = ? and grp = ? and partition_id = ?`,
+				off, t.name, group, p); err != nil {
+				return err
+			}
+			for _, q := range []string{
+				`delete from queue_group_done where topic = ? and grp = ? and partition_id = ?`,
+				`delete from queue_group_retries where topic = ? and grp = ? and partition_id = ?`,
+			} {
+				if _, err := tx.ExecContext(ctx, q, t.name, group, p); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// logBoundsQuery reads a partition's first retained offset and its end
+// (the next offset to be written).
+const logBoundsQuery = `
+	select coalesce((select min(log_offset) from queue_topic_log where topic = ? and partition_id = ?), p.next_offset), p.next_offset
+	from queue_topic_partitions p where p.topic = ? and p.partition_id = ?`
+
+func leaseName(topic, group string, partition int) string {
+	return fmt.Sprintf("queue.group/%s/%s/%d", topic, group, partition)
+}

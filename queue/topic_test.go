@@ -1,0 +1,635 @@
+package queue_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"switchyard/queue"
+	"switchyard/store"
+	"switchyard/store/storetest"
+)
+
+func newTopic(t testing.TB, db *store.DB, name string, partitions int) *queue.Topic {
+	t.Helper()
+	topic, err := queue.NewTopic(context.Background(), queue.TopicOpts{DB: db, Name: name, Partitions: partitions})
+	if err != nil {
+		t.Fatalf("NewTopic: %v", err)
+	}
+	return topic
+}
+
+func subscribe(t testing.TB, topic *queue.Topic, opts queue.SubscribeOpts) *queue.Subscription {
+	t.Helper()
+	if opts.PollInterval == 0 {
+		opts.PollInterval = 50 * time.Millisecond // sends wake subscribers; polls only see the clock move
+	}
+	s, err := topic.Subscribe(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Stop(ctx)
+	})
+	return s
+}
+
+// effects is a table the handlers write in their transaction; its ids give
+// the commit order.
+func createEffects(t testing.TB, db *store.DB) {
+	t.Helper()
+	mustExec(t, db, `create table effects (id integer primary key, grp text not null, key text not null, seq integer not null)`)
+}
+
+func effectSeqs(t testing.TB, db *store.DB, grp, key string) []int {
+	t.Helper()
+	rows, err := db.Read.Query(`select seq from effects where grp = ? and key = ? order by id`, grp, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var seqs []int
+	for rows.Next() {
+		var s int
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	return seqs
+}
+
+func record(ctx context.Context, tx *sql.Tx, grp string, r queue.Record) error {
+	var key string
+	var seq int
+	if _, err := fmt.Sscanf(string(r.Value), "%s %d", &key, &seq); err != nil {
+		return queue.Permanent(err)
+	}
+	if key != r.Key {
+		return queue.Permanent(fmt.Errorf("record key %q, value key %q", r.Key, key))
+	}
+	_, err := tx.ExecContext(ctx, `insert into effects (grp, key, seq) values (?, ?, ?)`, grp, key, seq)
+	return err
+}
+
+// TestTopicOrder is the model test of per-key order on a topic: 20 keys ×
+// 200 records, 4 partitions in flight, 30% random retryable failures, and
+// one key stuck in retry that must not delay the others — not even those in
+// its own partition.
+func TestTopicOrder(t *testing.T) {
+	t.Parallel()
+	const (
+		keys     = 20
+		perKey   = 200
+		stuckKey = "user-00"
+	)
+	db := storetest.New(t)
+	createEffects(t, db)
+	topic := newTopic(t, db, "pin.identity.users.v1", 6)
+	var (
+		stuck  atomic.Bool
+		failed atomic.Int64
+	)
+	stuck.Store(true)
+	subscribe(t, topic, queue.SubscribeOpts{
+		Group:       "referral-identity-users",
+		Concurrency: 4,
+		Retry:       queue.RetryPolicy{MaxAttempts: 100000, MinBackoff: time.Millisecond, MaxBackoff: 3 * time.Millisecond},
+		Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+			if r.Key == stuckKey && stuck.Load() {
+				return queue.RetryAfter(50*time.Millisecond, errors.New("owner replica missing"))
+			}
+			if rand.N(10) < 3 {
+				failed.Add(1)
+				return errors.New("transient")
+			}
+			return record(ctx, tx, "g", r)
+		},
+	})
+	var wg sync.WaitGroup
+	for k := range keys {
+		key := fmt.Sprintf("user-%02d", k)
+		wg.Go(func() {
+			for i := range perKey {
+				if _, err := topic.Publish(context.Background(), key, fmt.Appendf(nil, "%s %d", key, i)); err != nil {
+					t.Errorf("publish %s %d: %v", key, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	eventually(t, 60*time.Second, "every key but the stuck one handled", func() bool {
+		return count(t, db, `select count(*) from effects where key <> ?`, stuckKey) == (keys-1)*perKey
+	})
+	if n := len(effectSeqs(t, db, "g", stuckKey)); n != 0 {
+		t.Errorf("the stuck key had %d records take effect past its stuck head", n)
+	}
+	stuckPartition := queue.PartitionFor(stuckKey, 6)
+	sharing := 0
+	for k := 1; k < keys; k++ {
+		if queue.PartitionFor(fmt.Sprintf("user-%02d", k), 6) == stuckPartition {
+			sharing++
+		}
+	}
+	if sharing == 0 {
+		t.Fatal("no other key shares the stuck key's partition; the test would not show keys flowing past it")
+	}
+
+	stuck.Store(false)
+	eventually(t, 60*time.Second, "the stuck key handled once released", func() bool {
+		return count(t, db, `select count(*) from effects`) >= keys*perKey
+	})
+	for k := range keys {
+		key := fmt.Sprintf("user-%02d", k)
+		seqs := effectSeqs(t, db, "g", key)
+		if len(seqs) != perKey {
+			t.Errorf("%s: %d records took effect, want %d (exactly once each)", key, len(seqs), perKey)
+		}
+		for i, s := range seqs {
+			if s != i {
+				t.Errorf("%s: position %d is record %d: out of publish order", key, i, s)
+				break
+			}
+		}
+	}
+	if failed.Load() == 0 {
+		t.Error("no random failures happened; the test proves nothing about retries")
+	}
+	eventually(t, 5*time.Second, "the group caught up", func() bool {
+		st, err := queue.NewAdmin(queue.AdminOpts{DB: db}).Stats(context.Background())
+		return err == nil && len(st.Topics) == 1 && st.Topics[0].Groups[0].Lag == 0 && st.Topics[0].Groups[0].Retrying == 0
+	})
+}
+
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	createEffects(t, db)
+	topic := newTopic(t, db, "pin.identity.users.v1", 6)
+	for i := range 300 {
+		key := fmt.Sprintf("user-%02d", i%30)
+		if _, err := topic.Publish(t.Context(), key, fmt.Appendf(nil, "%s %d", key, i/30)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Group a consumes everything first.
+	subscribe(t, topic, queue.SubscribeOpts{Group: "a", Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+		return record(ctx, tx, "a", r)
+	}})
+	eventually(t, 10*time.Second, "group a done", func() bool { return count(t, db, `select count(*) from effects where grp = 'a'`) == 300 })
+
+	t.Run("a new group reading from the beginning sees every retained record in per-partition order", func(t *testing.T) {
+		var (
+			mu   sync.Mutex
+			seen = map[int][]int64{}
+		)
+		subscribe(t, topic, queue.SubscribeOpts{Group: "b", Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+			mu.Lock()
+			seen[r.Partition] = append(seen[r.Partition], r.Offset)
+			mu.Unlock()
+			return record(ctx, tx, "b", r)
+		}})
+		eventually(t, 10*time.Second, "group b done", func() bool { return count(t, db, `select count(*) from effects where grp = 'b'`) == 300 })
+		mu.Lock()
+		defer mu.Unlock()
+		total := 0
+		for p, offs := range seen {
+			for i, off := range offs {
+				if off != int64(i) {
+					t.Errorf("partition %d: record %d has offset %d; want every offset in order", p, i, off)
+					break
+				}
+			}
+			total += len(offs)
+		}
+		if total != 300 {
+			t.Errorf("group b saw %d records, want 300", total)
+		}
+	})
+
+	t.Run("a group starting at the end sees only later records", func(t *testing.T) {
+		got := make(chan string, 10)
+		subscribe(t, topic, queue.SubscribeOpts{Group: "late", Start: queue.StartLatest, Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+			got <- string(r.Value)
+			return nil
+		}})
+		eventually(t, 5*time.Second, "group late created", func() bool {
+			return count(t, db, `select count(*) from queue_groups where grp = 'late'`) == 1
+		})
+		if _, err := topic.Publish(t.Context(), "user-99", []byte("new")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case v := <-got:
+			if v != "new" {
+				t.Errorf("group late got %q first, want only the new record", v)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("group late did not get the new record")
+		}
+	})
+
+	t.Run("reading the log sees every record without moving any group", func(t *testing.T) {
+		p := queue.PartitionFor("user-07", 6)
+		recs, err := topic.Read(t.Context(), queue.ReadFilter{Partition: &p, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mine []string
+		for i, r := range recs {
+			if r.Offset != int64(i) || r.Partition != p {
+				t.Fatalf("record %d at %d:%d; want dense offsets of partition %d", i, r.Partition, r.Offset, p)
+			}
+			if r.Key == "user-07" {
+				mine = append(mine, string(r.Value))
+			}
+		}
+		if len(mine) != 10 || mine[0] != "user-07 0" || mine[9] != "user-07 9" {
+			t.Errorf("user-07's records: %v; want its 10 in publish order", mine)
+		}
+	})
+
+	t.Run("seeking a group replays from the offset", func(t *testing.T) {
+		ctx := t.Context()
+		if err := topic.SeekGroup(ctx, "a", map[int]int64{0: 0}); !errors.Is(err, queue.ErrGroupActive) {
+			t.Fatalf("SeekGroup on a running group = %v, want ErrGroupActive", err)
+		}
+		if err := topic.SeekGroup(ctx, "nobody", map[int]int64{0: 0}); !errors.Is(err, queue.ErrNotFound) {
+			t.Fatalf("SeekGroup on an unknown group = %v, want ErrNotFound", err)
+		}
+		if _, err := topic.Subscribe(ctx, queue.SubscribeOpts{Group: "c", Start: queue.StartLatest, Handler: func(context.Context, *sql.Tx, queue.Record) error { return nil }}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestSeekGroup(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	createEffects(t, db)
+	topic := newTopic(t, db, "t", 1)
+	for i := range 10 {
+		if _, err := topic.Publish(t.Context(), "k", fmt.Appendf(nil, "k %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handler := func(ctx context.Context, tx *sql.Tx, r queue.Record) error { return record(ctx, tx, "g", r) }
+	s := subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: handler})
+	eventually(t, 5*time.Second, "all handled", func() bool { return count(t, db, `select count(*) from effects`) == 10 })
+	if err := s.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := topic.SeekGroup(t.Context(), "g", map[int]int64{0: 7}); err != nil {
+		t.Fatalf("SeekGroup: %v", err)
+	}
+	subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: handler})
+	eventually(t, 5*time.Second, "records 7..9 handled again", func() bool { return count(t, db, `select count(*) from effects`) == 13 })
+	seqs := effectSeqs(t, db, "g", "k")
+	if fmt.Sprint(seqs[10:]) != "[7 8 9]" {
+		t.Errorf("after seeking to 7 the group handled %v, want [7 8 9]", seqs[10:])
+	}
+}
+
+func TestTopicDeadLetters(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a permanent error dead-letters on the first attempt and later records of the key flow", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		createEffects(t, db)
+		topic := newTopic(t, db, "t", 3)
+		admin := queue.NewAdmin(queue.AdminOpts{DB: db})
+		subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+			if strings.HasSuffix(string(r.Value), " 0") {
+				return queue.Permanent(errors.New("UserId is Guid.Empty"))
+			}
+			return record(ctx, tx, "g", r)
+		}})
+		for i := range 3 {
+			if _, err := topic.Publish(t.Context(), "k", fmt.Appendf(nil, "k %d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, 5*time.Second, "records 1 and 2 handled", func() bool { return len(effectSeqs(t, db, "g", "k")) == 2 })
+		dead, err := admin.ListDead(t.Context(), queue.DeadFilter{Queue: "t", Group: "g"})
+		if err != nil || len(dead) != 1 {
+			t.Fatalf("dead letters %+v, %v; want 1", dead, err)
+		}
+		d := dead[0]
+		if d.Attempts != 1 || *d.Offset != 0 || d.Key != "k" || string(d.Body) != "k 0" || !strings.Contains(d.LastError, "Guid.Empty") {
+			t.Errorf("dead letter %+v: want record 0 after 1 attempt with its error", d)
+		}
+		st, _ := admin.Stats(t.Context())
+		if g := st.Topics[0].Groups[0]; g.Lag != 0 || g.Dead != 1 {
+			t.Errorf("group stats %+v: a dead letter is finished (lag 0) and counted (dead 1)", g)
+		}
+	})
+
+	t.Run("a retryable error dead-letters after the maximum attempts", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		topic := newTopic(t, db, "t", 1)
+		admin := queue.NewAdmin(queue.AdminOpts{DB: db})
+		var calls atomic.Int32
+		subscribe(t, topic, queue.SubscribeOpts{Group: "g", Retry: queue.RetryPolicy{MaxAttempts: 3, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond},
+			Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+				calls.Add(1)
+				return fmt.Errorf("REFERRAL_OWNER_REPLICA_MISSING on attempt %d", r.Attempt)
+			}})
+		if _, err := topic.Publish(t.Context(), "k", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		var dead []queue.DeadLetter
+		eventually(t, 5*time.Second, "a dead letter", func() bool {
+			dead, _ = admin.ListDead(t.Context(), queue.DeadFilter{Queue: "t", Group: "g"})
+			return len(dead) == 1
+		})
+		if dead[0].Attempts != 3 || !strings.Contains(dead[0].LastError, "attempt 3") || calls.Load() != 3 {
+			t.Errorf("dead after %d attempts (%d calls): %q", dead[0].Attempts, calls.Load(), dead[0].LastError)
+		}
+		if n := count(t, db, `select count(*) from queue_failures where queue = 't' and grp = 'g' and message_id = '0:0'`); n != 3 {
+			t.Errorf("%d failure records, want 3", n)
+		}
+	})
+
+	t.Run("a redriven record goes before later records of its key that are still held back", func(t *testing.T) {
+		t.Parallel()
+		db, clock := storetest.NewWithClock(t)
+		createEffects(t, db)
+		topic := newTopic(t, db, "t", 1)
+		admin := queue.NewAdmin(queue.AdminOpts{DB: db})
+		var (
+			mu   sync.Mutex
+			bad  = map[string]bool{"k 0": true}
+			slow = map[string]bool{"k 1": true}
+		)
+		subscribe(t, topic, queue.SubscribeOpts{Group: "g", LeaseTTL: time.Hour, Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+			mu.Lock()
+			defer mu.Unlock()
+			switch v := string(r.Value); {
+			case bad[v]:
+				return queue.Permanent(errors.New("bad"))
+			case slow[v]:
+				return queue.RetryAfter(time.Minute, errors.New("not yet"))
+			}
+			return record(ctx, tx, "g", r)
+		}})
+		for i := range 3 {
+			if _, err := topic.Publish(t.Context(), "k", fmt.Appendf(nil, "k %d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// k 0 dies; k 1 waits a minute (by the store's clock, which stands
+		// still); k 2 is held back behind it.
+		eventually(t, 5*time.Second, "k 0 dead and k 1 waiting", func() bool {
+			return count(t, db, `select count(*) from queue_dead`) == 1 &&
+				count(t, db, `select count(*) from queue_group_retries where attempts = 1`) == 1
+		})
+		mu.Lock()
+		bad, slow = map[string]bool{}, map[string]bool{}
+		mu.Unlock()
+		if n, err := admin.Redrive(t.Context(), queue.DeadFilter{Queue: "t", Group: "g"}); err != nil || n != 1 {
+			t.Fatalf("Redrive = %d, %v", n, err)
+		}
+		eventually(t, 5*time.Second, "the redriven k 0 handled while k 1 still waits", func() bool {
+			return len(effectSeqs(t, db, "g", "k")) == 1
+		})
+		clock.Advance(time.Minute)
+		eventually(t, 5*time.Second, "k 1 and k 2 handled", func() bool { return len(effectSeqs(t, db, "g", "k")) == 3 })
+		if got := fmt.Sprint(effectSeqs(t, db, "g", "k")); got != "[0 1 2]" {
+			t.Errorf("handled %s, want [0 1 2]: the redriven record first", got)
+		}
+	})
+
+	t.Run("a record redriven after later records of its key were handled is handled last", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		createEffects(t, db)
+		topic := newTopic(t, db, "t", 2)
+		admin := queue.NewAdmin(queue.AdminOpts{DB: db})
+		var fixed atomic.Bool
+		subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+			if string(r.Value) == "k 0" && !fixed.Load() {
+				return queue.Permanent(errors.New("bad"))
+			}
+			return record(ctx, tx, "g", r)
+		}})
+		for i := range 3 {
+			if _, err := topic.Publish(t.Context(), "k", fmt.Appendf(nil, "k %d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, 5*time.Second, "k 1 and k 2 handled", func() bool { return len(effectSeqs(t, db, "g", "k")) == 2 })
+		fixed.Store(true)
+		dead, _ := admin.ListDead(t.Context(), queue.DeadFilter{Queue: "t", Group: "g"})
+		if len(dead) != 1 {
+			t.Fatalf("%d dead letters, want 1", len(dead))
+		}
+		if _, err := admin.Redrive(t.Context(), queue.DeadFilter{Queue: "t", Group: "g", ID: dead[0].ID}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "k 0 handled after redrive", func() bool { return len(effectSeqs(t, db, "g", "k")) == 3 })
+		if got := fmt.Sprint(effectSeqs(t, db, "g", "k")); got != "[1 2 0]" {
+			t.Errorf("handled %s, want [1 2 0]: later records stay handled, the redriven one comes last", got)
+		}
+		st, _ := admin.Stats(t.Context())
+		if g := st.Topics[0].Groups[0]; g.Lag != 0 || g.Dead != 0 || g.Retrying != 0 {
+			t.Errorf("group stats after redrive %+v, want caught up", g)
+		}
+	})
+}
+
+func TestTopicOwnership(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a restarted subscriber continues from the committed offsets, each record taking effect once", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		createEffects(t, db)
+		topic := newTopic(t, db, "t", 3)
+		handler := func(ctx context.Context, tx *sql.Tx, r queue.Record) error { return record(ctx, tx, "g", r) }
+		publish := func(from, to int) {
+			for i := from; i < to; i++ {
+				key := fmt.Sprintf("k%d", i%7)
+				if _, err := topic.Publish(t.Context(), key, fmt.Appendf(nil, "%s %d", key, i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		publish(0, 100)
+		s := subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: handler})
+		eventually(t, 5*time.Second, "the first 100", func() bool { return count(t, db, `select count(*) from effects`) == 100 })
+		if err := s.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		publish(100, 200)
+		subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: handler})
+		eventually(t, 5*time.Second, "all 200", func() bool { return count(t, db, `select count(*) from effects`) == 200 })
+		if n := count(t, db, `select count(*) from (select distinct seq from effects)`); n != 200 {
+			t.Errorf("%d distinct records took effect, want 200", n)
+		}
+	})
+
+	t.Run("a second subscriber of the group stands by and takes over when the first stops", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		createEffects(t, db)
+		topic := newTopic(t, db, "t", 2)
+		var first, second atomic.Int32
+		h := func(n *atomic.Int32) queue.RecordHandlerFunc {
+			return func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+				n.Add(1)
+				return record(ctx, tx, "g", r)
+			}
+		}
+		a := subscribe(t, topic, queue.SubscribeOpts{Group: "g", LeaseTTL: 150 * time.Millisecond, Handler: h(&first)})
+		eventually(t, 5*time.Second, "the first subscriber owns the partitions", func() bool {
+			return count(t, db, `select count(*) from store_leases where name like 'queue.group/t/g/%'`) == 2
+		})
+		subscribe(t, topic, queue.SubscribeOpts{Group: "g", LeaseTTL: 150 * time.Millisecond, Handler: h(&second)})
+		for i := range 20 {
+			if _, err := topic.Publish(t.Context(), fmt.Sprintf("k%d", i%4), fmt.Appendf(nil, "k%d %d", i%4, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, 5*time.Second, "20 handled", func() bool { return count(t, db, `select count(*) from effects`) == 20 })
+		if second.Load() != 0 {
+			t.Errorf("the standby handled %d records while the owner ran", second.Load())
+		}
+		if err := a.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		for i := 20; i < 40; i++ {
+			if _, err := topic.Publish(t.Context(), fmt.Sprintf("k%d", i%4), fmt.Appendf(nil, "k%d %d", i%4, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, 5*time.Second, "the standby handles the rest", func() bool { return count(t, db, `select count(*) from effects`) == 40 })
+		if second.Load() != 20 || first.Load() != 20 {
+			t.Errorf("first handled %d, second %d; want 20 each", first.Load(), second.Load())
+		}
+	})
+}
+
+func TestPublish(t *testing.T) {
+	t.Parallel()
+
+	t.Run("records go to the key's partition with dense offsets", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		topic := newTopic(t, db, "t", 6)
+		next := map[int]int64{}
+		for i := range 50 {
+			key := fmt.Sprintf("u%d", i%9)
+			pos, err := topic.Publish(t.Context(), key, []byte("v"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pos.Partition != queue.PartitionFor(key, 6) || pos.Offset != next[pos.Partition] {
+				t.Fatalf("%s went to %+v, want partition %d offset %d", key, pos, queue.PartitionFor(key, 6), next[pos.Partition])
+			}
+			next[pos.Partition]++
+		}
+		if _, err := topic.Publish(t.Context(), "", []byte("v")); err == nil {
+			t.Error("publish without a key accepted")
+		}
+	})
+
+	t.Run("a publish in a rolled-back transaction takes no record and no offset", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		topic := newTopic(t, db, "t", 1)
+		boom := errors.New("boom")
+		err := db.Tx(t.Context(), func(tx *sql.Tx) error {
+			if _, err := topic.PublishTx(t.Context(), tx, "k", []byte("lost")); err != nil {
+				return err
+			}
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Fatal(err)
+		}
+		pos, err := topic.Publish(t.Context(), "k", []byte("kept"))
+		if err != nil || pos.Offset != 0 {
+			t.Errorf("next publish at %+v, %v; want offset 0", pos, err)
+		}
+	})
+
+	t.Run("a handler publishing inside its transaction wakes the next group", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		in := newTopic(t, db, "in", 2)
+		out := newTopic(t, db, "out", 2)
+		got := make(chan string, 1)
+		subscribe(t, in, queue.SubscribeOpts{Group: "relay", PollInterval: time.Hour, Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+			_, err := out.PublishTx(ctx, tx, r.Key, append([]byte("relayed "), r.Value...))
+			return err
+		}})
+		subscribe(t, out, queue.SubscribeOpts{Group: "sink", PollInterval: time.Hour, Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+			got <- string(r.Value)
+			return nil
+		}})
+		eventually(t, 5*time.Second, "both groups own their partitions", func() bool {
+			return count(t, db, `select count(*) from store_leases where name like 'queue.group/%'`) == 4
+		})
+		if _, err := in.Publish(t.Context(), "k", []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case v := <-got:
+			if v != "relayed hello" {
+				t.Errorf("sink got %q", v)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the record published inside the relay's transaction did not wake the sink (polls are an hour apart)")
+		}
+	})
+
+	t.Run("declaring a topic again with another partition count fails", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		newTopic(t, db, "t", 6)
+		if _, err := queue.NewTopic(t.Context(), queue.TopicOpts{DB: db, Name: "t", Partitions: 3}); !errors.Is(err, queue.ErrTopicMismatch) {
+			t.Errorf("NewTopic = %v, want ErrTopicMismatch", err)
+		}
+		if _, err := queue.NewTopic(t.Context(), queue.TopicOpts{DB: db, Name: "t", Partitions: 6}); err != nil {
+			t.Errorf("declaring it again as it is: %v", err)
+		}
+	})
+}
+
+func TestLagGauge(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	topic := newTopic(t, db, "lag.gauge.topic", 1)
+	var release atomic.Bool
+	subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+		if !release.Load() {
+			return queue.RetryAfter(time.Millisecond, errors.New("not yet"))
+		}
+		return nil
+	}, Retry: queue.RetryPolicy{MaxAttempts: 1000000}})
+	for i := range 5 {
+		if _, err := topic.Publish(t.Context(), "k", fmt.Appendf(nil, "%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, "lag gauge at 5", func() bool {
+		return metricValue(t, "switchyard_queue_topic_lag_messages", map[string]string{"topic": "lag.gauge.topic", "group": "g", "partition": "0"}) == 5
+	})
+	release.Store(true)
+	eventually(t, 5*time.Second, "lag gauge back to 0", func() bool {
+		return metricValue(t, "switchyard_queue_topic_lag_messages", map[string]string{"topic": "lag.gauge.topic", "group": "g", "partition": "0"}) == 0
+	})
+}

@@ -1,0 +1,545 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// HandlerFunc handles one queue message. Return nil to acknowledge it, an
+// error to retry it with backoff, RetryAfter(d, err) to retry after exactly
+// d, or Permanent(err) to dead-letter it now. A handler may call network
+// services; it must not hold a database transaction open while it does.
+type HandlerFunc func(ctx context.Context, m Message) error
+
+// WorkerOpts configure Queue.Start. Zero values get defaults.
+type WorkerOpts struct {
+	// Handler is required.
+	Handler HandlerFunc
+	// Concurrency bounds how many handlers run at once (default 4).
+	Concurrency int
+	// PollInterval is how often the worker looks for messages sent by other
+	// processes on the same file; sends in this process wake it at once
+	// (default 500 ms).
+	PollInterval time.Duration
+}
+
+// DefaultPollInterval is the fallback polling interval of workers and
+// subscriptions.
+const DefaultPollInterval = 500 * time.Millisecond
+
+// maxReceiveBatch caps how many messages one receive transaction takes.
+const maxReceiveBatch = 64
+
+// Worker runs a handler over a queue's messages until stopped.
+type Worker struct {
+	q    *Queue
+	opts WorkerOpts
+
+	hctx    context.Context // handlers' context; cancelled when Stop gives up
+	hcancel context.CancelFunc
+
+	stopOnce  sync.Once
+	stopping  chan struct{}
+	abandon   chan struct{}
+	abandoned atomic.Bool
+	drained   chan struct{}
+
+	resultsMu sync.Mutex
+	results   chan result
+	closed    bool
+
+	mu       sync.Mutex
+	inflight map[ID]struct{}
+	nextDue  time.Time     // earliest retry this worker scheduled
+	kick     chan struct{} // the completer scheduled a retry: recompute the wait
+}
+
+type result struct {
+	m   Message
+	err error
+	dur time.Duration
+}
+
+// Start starts a worker on q. ctx carries values to the handlers; cancelling
+// it is a hard stop, like Stop's deadline passing. Panics without a handler.
+func (q *Queue) Start(ctx context.Context, opts WorkerOpts) *Worker {
+	if opts.Handler == nil {
+		panic("queue: nil handler")
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 4
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	hubFor(q.db).stmts.prepare(ctx, q.db)
+	hctx, cancel := context.WithCancel(ctx)
+	w := &Worker{
+		q:        q,
+		opts:     opts,
+		hctx:     hctx,
+		hcancel:  cancel,
+		stopping: make(chan struct{}),
+		abandon:  make(chan struct{}),
+		drained:  make(chan struct{}),
+		results:  make(chan result, opts.Concurrency),
+		inflight: map[ID]struct{}{},
+		kick:     make(chan struct{}, 1),
+	}
+	loopDone := make(chan struct{})
+	completerDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		w.loop()
+	}()
+	go func() {
+		defer close(completerDone)
+		w.complete()
+	}()
+	go func() {
+		<-loopDone
+		w.resultsMu.Lock()
+		w.closed = true
+		close(w.results)
+		w.resultsMu.Unlock()
+		<-completerDone
+		close(w.drained)
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+			w.hardStop()
+		case <-w.drained:
+		}
+	}()
+	return w
+}
+
+// Stop stops receiving and waits for running handlers to finish and their
+// results to be committed. When ctx ends first, the handlers' context is
+// cancelled and their results are discarded: their messages are delivered
+// again after the queue's timeout, as after a crash. Stop returns ctx's error
+// in that case.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.stopOnce.Do(func() { close(w.stopping) })
+	select {
+	case <-w.drained:
+		w.hcancel()
+		return nil
+	case <-ctx.Done():
+		w.hardStop()
+		<-w.drained
+		return ctx.Err()
+	}
+}
+
+func (w *Worker) hardStop() {
+	w.stopOnce.Do(func() { close(w.stopping) })
+	if w.abandoned.CompareAndSwap(false, true) {
+		close(w.abandon)
+		w.hcancel()
+	}
+}
+
+// loop receives messages while there are free handler slots, and extends the
+// timeout of the messages in flight.
+func (w *Worker) loop() {
+	q := w.q
+	free := w.opts.Concurrency
+	freed := make(chan struct{}, w.opts.Concurrency)
+	stopping := w.stopping
+	empty := false // the last receive found fewer messages than it asked for
+	extend := time.NewTicker(max(q.timeout/3, time.Millisecond))
+	defer extend.Stop()
+	sweep := time.NewTicker(time.Minute)
+	defer sweep.Stop()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	w.sweepExhausted()
+
+	for {
+		if stopping == nil && free == w.opts.Concurrency {
+			return
+		}
+		wake := q.sig.wait()
+		if stopping != nil && free > 0 && !empty {
+			msgs, err := w.receive(min(free, maxReceiveBatch))
+			if err != nil {
+				q.log.Error("queue receive failed", slog.Any("err", err))
+				empty = true
+			} else {
+				empty = len(msgs) < min(free, maxReceiveBatch)
+			}
+			for _, m := range msgs {
+				free--
+				go w.handle(m, freed)
+			}
+			if len(msgs) > 0 && free > 0 && !empty {
+				continue
+			}
+		}
+		timer.Reset(w.waitFor())
+		select {
+		case <-freed:
+			free++
+		drain:
+			for {
+				select {
+				case <-freed:
+					free++
+				default:
+					break drain
+				}
+			}
+		case <-wake:
+			empty = false
+		case <-w.kick: // a retry was scheduled: sleep until it is due
+		case <-timer.C:
+			empty = false
+		case <-extend.C:
+			w.extendInflight()
+		case <-sweep.C:
+			w.sweepExhausted()
+		case <-stopping:
+			stopping = nil
+		case <-w.abandon:
+			return
+		}
+	}
+}
+
+// waitFor is how long the loop may sleep: until this worker's next known
+// retry is due, at most the poll interval.
+func (w *Worker) waitFor() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.opts.PollInterval
+	if w.nextDue.IsZero() {
+		return d
+	}
+	if left := w.nextDue.Sub(w.q.db.Now()); left > 0 {
+		return min(d, left)
+	}
+	w.nextDue = time.Time{} // due: wake at once and receive it
+	return 0
+}
+
+func (w *Worker) handle(m Message, freed chan<- struct{}) {
+	start := time.Now()
+	err := w.call(m)
+	dur := time.Since(start)
+	// The result goes to the completer before the slot is freed, so a
+	// graceful stop, which waits for every slot, loses no result.
+	w.resultsMu.Lock()
+	if !w.closed && !w.abandoned.Load() {
+		w.results <- result{m: m, err: err, dur: dur}
+	}
+	w.resultsMu.Unlock()
+	freed <- struct{}{}
+}
+
+func (w *Worker) call(m Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return w.opts.Handler(w.hctx, m)
+}
+
+const receiveQuery = `
+	update goqite set timeout = ?, received = received + 1
+	where id in (
+		select id from goqite
+		where queue = ? and timeout <= ? and received < ?
+		order by priority desc, created
+		limit ?)
+	returning id, body, received, created, priority`
+
+// receive takes up to n visible messages in one transaction.
+func (w *Worker) receive(n int) ([]Message, error) {
+	q := w.q
+	var msgs []Message
+	ctx := context.WithoutCancel(w.hctx)
+	err := q.db.Tx(ctx, func(tx *sql.Tx) error {
+		msgs = msgs[:0]
+		now := q.db.Now()
+		sw := newWriter(ctx, tx, q.db)
+		rows, err := sw.query(receiveQuery, gqTime(now.Add(q.timeout)), q.name, gqTime(now), q.retry.MaxAttempts, n)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				m       Message
+				created string
+			)
+			if err := rows.Scan(&m.ID, &m.Body, &m.Attempt, &created, &m.Priority); err != nil {
+				return err
+			}
+			m.SentAt, _ = parseGQ(created)
+			msgs = append(msgs, m)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return orderKeysOf(sw, msgs)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue %s: receive: %w", q.name, err)
+	}
+	w.mu.Lock()
+	for _, m := range msgs {
+		w.inflight[m.ID] = struct{}{}
+	}
+	w.mu.Unlock()
+	metricReceived.WithLabelValues(q.name, "").Add(float64(len(msgs)))
+	return msgs, nil
+}
+
+const orderKeyQuery = `select order_key from queue_order where message_id = ?`
+
+// orderKeysOf fills in the order keys of msgs.
+func orderKeysOf(w writer, msgs []Message) error {
+	for i := range msgs {
+		if !isOrdered(msgs[i].ID) {
+			continue
+		}
+		err := w.queryRow(orderKeyQuery, string(msgs[i].ID)).Scan(&msgs[i].OrderKey)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+	}
+	return nil
+}
+
+// complete commits handler results in batches: acknowledgements, retries and
+// dead letters of many messages share one transaction.
+func (w *Worker) complete() {
+	batch := make([]result, 0, 256)
+	for r := range w.results {
+		batch = append(batch[:0], r)
+	fill:
+		for len(batch) < cap(batch) {
+			select {
+			case r, ok := <-w.results:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		w.commit(batch)
+	}
+}
+
+type outcome int
+
+const (
+	outcomeStale outcome = iota
+	outcomeDone
+	outcomeRetry
+	outcomeDead
+)
+
+func (w *Worker) commit(batch []result) {
+	q := w.q
+	ctx := context.WithoutCancel(w.hctx)
+	outcomes := make([]outcome, len(batch))
+	dues := make([]time.Time, len(batch))
+	err := q.db.Tx(ctx, func(tx *sql.Tx) error {
+		now := q.db.Now()
+		sw := newWriter(ctx, tx, q.db)
+		for i, r := range batch {
+			outcomes[i] = outcomeStale
+			if r.err == nil {
+				ok, err := finishMessage(sw, q.name, r.m.ID, r.m.Attempt, r.m.OrderKey, now)
+				if err != nil {
+					return err
+				}
+				if ok {
+					outcomes[i] = outcomeDone
+				}
+				continue
+			}
+			d := q.retry.decide(r.m.Attempt, r.err)
+			text := errorText(r.err)
+			if d.dead {
+				ok, err := deadLetterMessage(sw, q.name, r.m.ID, r.m.Attempt, r.m.OrderKey, text, now)
+				if err != nil {
+					return err
+				}
+				if ok {
+					outcomes[i] = outcomeDead
+				}
+				continue
+			}
+			dues[i] = now.Add(d.delay)
+			ok, err := retryMessage(sw, q.name, r.m.ID, r.m.Attempt, text, dues[i], now)
+			if err != nil {
+				return err
+			}
+			if ok {
+				outcomes[i] = outcomeRetry
+			}
+		}
+		return nil
+	})
+
+	w.mu.Lock()
+	for _, r := range batch {
+		delete(w.inflight, r.m.ID)
+	}
+	if err == nil {
+		for i := range batch {
+			if outcomes[i] == outcomeRetry && (w.nextDue.IsZero() || dues[i].Before(w.nextDue) || !w.nextDue.After(q.db.Now())) {
+				w.nextDue = dues[i]
+			}
+		}
+	}
+	w.mu.Unlock()
+	if err != nil {
+		// Nothing of the batch was kept: the messages come back after their
+		// timeout and are handled again.
+		q.log.Error("queue results not committed; messages will be delivered again", slog.Int("count", len(batch)), slog.Any("err", err))
+		return
+	}
+	wake, kick := false, false
+	for i, r := range batch {
+		metricDuration.WithLabelValues(q.name, "").Observe(r.dur.Seconds())
+		switch outcomes[i] {
+		case outcomeDone:
+			metricSucceeded.WithLabelValues(q.name, "").Inc()
+			wake = wake || r.m.OrderKey != ""
+		case outcomeRetry:
+			metricRetried.WithLabelValues(q.name, "").Inc()
+			q.log.Warn("queue message failed; will retry", slog.String("message_id", string(r.m.ID)),
+				slog.Int("attempt", r.m.Attempt), slog.String("outcome", "retry"),
+				slog.Time("retry_at", dues[i]), slog.String("err", errorText(r.err)))
+			kick = true
+		case outcomeDead:
+			metricDead.WithLabelValues(q.name, "").Inc()
+			q.log.Error("queue message dead-lettered", slog.String("message_id", string(r.m.ID)),
+				slog.Int("attempt", r.m.Attempt), slog.String("outcome", "dead"), slog.String("err", errorText(r.err)))
+			wake = wake || r.m.OrderKey != ""
+		case outcomeStale:
+			q.log.Warn("queue result dropped: the message was delivered again or removed",
+				slog.String("message_id", string(r.m.ID)), slog.Int("attempt", r.m.Attempt))
+		}
+	}
+	if wake {
+		q.sig.notify()
+	}
+	if kick {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+const extendQuery = `update goqite set timeout = ? where queue = ? and id in (%s) and timeout <> ?`
+
+// extendInflight pushes back the timeout of every message this worker is handling.
+func (w *Worker) extendInflight() {
+	q := w.q
+	w.mu.Lock()
+	ids := make([]any, 0, len(w.inflight))
+	for id := range w.inflight {
+		ids = append(ids, string(id))
+	}
+	w.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx := context.WithoutCancel(w.hctx)
+	err := q.db.Tx(ctx, func(tx *sql.Tx) error {
+		args := append([]any{gqTime(q.db.Now().Add(q.timeout)), q.name}, ids...)
+		args = append(args, parkedTimeout)
+		_, err := tx.ExecContext(ctx, fmt.Sprintf(extendQuery, placeholders(len(ids))), args...)
+		return err
+	})
+	if err != nil {
+		q.log.Error("queue extend failed", slog.Int("count", len(ids)), slog.Any("err", err))
+	}
+}
+
+const exhaustedQuery = `
+	select id, received from goqite
+	where queue = ? and received >= ? and timeout <= ?
+	limit 100`
+
+// sweepExhausted dead-letters messages that were delivered MaxAttempts
+// times without a result (their handler outlived the timeout, or the process
+// died each time): goqite would leave them in the table for ever.
+func (w *Worker) sweepExhausted() {
+	q := w.q
+	ctx := context.WithoutCancel(w.hctx)
+	var n int
+	err := q.db.Tx(ctx, func(tx *sql.Tx) error {
+		n = 0
+		now := q.db.Now()
+		rows, err := tx.QueryContext(ctx, exhaustedQuery, q.name, q.retry.MaxAttempts, gqTime(now))
+		if err != nil {
+			return err
+		}
+		type stuck struct {
+			id       ID
+			received int
+		}
+		var found []stuck
+		for rows.Next() {
+			var s stuck
+			if err := rows.Scan(&s.id, &s.received); err != nil {
+				rows.Close()
+				return err
+			}
+			found = append(found, s)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		sw := newWriter(ctx, tx, q.db)
+		for _, s := range found {
+			msg := []Message{{ID: s.id}}
+			if err := orderKeysOf(sw, msg); err != nil {
+				return err
+			}
+			text := fmt.Sprintf("delivered %d times without a result: the handler outlived the %s timeout or its process stopped", s.received, q.timeout)
+			ok, err := deadLetterMessage(sw, q.name, s.id, s.received, msg[0].OrderKey, text, now)
+			if err != nil {
+				return err
+			}
+			if ok {
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		q.log.Error("queue sweep failed", slog.Any("err", err))
+		return
+	}
+	if n > 0 {
+		metricDead.WithLabelValues(q.name, "").Add(float64(n))
+		q.log.Error("queue messages dead-lettered after timing out", slog.Int("count", n), slog.String("outcome", "dead"))
+	}
+}
+
+func placeholders(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat("?, ", n-1) + "?"
+}
