@@ -401,8 +401,11 @@ func (o *Onboarding) handleStoredUpdate(ctx context.Context, su storedUpdate) {
 	wctx, cancel := workContext(ctx)
 	defer cancel()
 	cause := "update:" + strconv.FormatInt(o.botID, 10) + ":" + strconv.Itoa(su.ID)
-	var u telego.Update
-	plan, err := updatePlan{}, json.Unmarshal(su.Payload, &u)
+	var (
+		u    telego.Update
+		plan updatePlan
+	)
+	err := json.Unmarshal(su.Payload, &u)
 	if err == nil {
 		plan, err = o.converse(wctx, u)
 	}
