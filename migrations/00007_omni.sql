@@ -36,7 +36,8 @@ create table omni_contacts (
   unique (provider, business_connection_id, provider_user_id)
 ) strict;
 
--- omni_threads: one per contact and channel (or business connection).
+-- omni_threads: one per contact and channel (or business connection),
+-- created with its first message, so last_message_at is set from then on.
 -- bot_id is the bot the thread's updates came through; replies go through the
 -- outbound role's bot, and Telegram refuses them if it is another one.
 create table omni_threads (
@@ -86,8 +87,6 @@ create table omni_messages (
 
 create unique index omni_messages_provider_idx on omni_messages (thread_id, provider_message_id)
   where provider_message_id is not null;
-create index omni_messages_status_idx on omni_messages (status, thread_id)
-  where status in ('queued', 'sending', 'retrying', 'failed');
 
 -- omni_inbound_events: the chat role's dedup ledger, one row per envelope
 -- applied from receiver.flow, written in the transaction of its effect.
@@ -130,7 +129,6 @@ drop table omni_rules;
 drop index omni_parked_order_idx;
 drop table omni_parked;
 drop table omni_inbound_events;
-drop index omni_messages_status_idx;
 drop index omni_messages_provider_idx;
 drop table omni_messages;
 drop index omni_threads_last_message_idx;

@@ -1,0 +1,215 @@
+package omni
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"switchyard/queue"
+	"switchyard/store"
+)
+
+// ChatOpts configure NewChat. Zero values get defaults.
+type ChatOpts struct {
+	DB *store.DB
+	// Logger gets one line per failure; nil discards.
+	Logger *slog.Logger
+	// AutoAckText is the automatic acknowledgement of a contact's first
+	// message in a thread (DefaultAutoAckText when empty). Operators change
+	// it, or switch it off, through the admin API; that choice, once made,
+	// wins over these options.
+	AutoAckText string
+	// DisableAutoAck switches the acknowledgement off by default.
+	DisableAutoAck bool
+	// Concurrency bounds the envelopes applied at once per queue (default 4).
+	// Envelopes of one thread are applied one at a time whatever it is.
+	Concurrency int
+	// PollInterval is how often the workers look for envelopes enqueued by
+	// another process (default queue.DefaultPollInterval).
+	PollInterval time.Duration
+	// Retry is receiver.retry's policy: attempts before receiver.dlq and the
+	// backoff between them (queue/'s defaults when zero).
+	Retry queue.RetryPolicy
+}
+
+// Chat is the omni_chat role: it consumes receiver.flow (and receiver.retry),
+// applies each envelope to contacts, threads and messages, and puts the
+// outgoing commands its rules make on sender.flow. It never calls a provider.
+type Chat struct {
+	db     *store.DB
+	log    *slog.Logger
+	opts   ChatOpts
+	lane   *lane
+	domain *chatDomain
+}
+
+// NewChat returns the chat role on opts.DB. A nil DB panics.
+func NewChat(opts ChatOpts) *Chat {
+	if opts.DB == nil {
+		panic("omni: NewChat needs a DB")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 4
+	}
+	c := &Chat{
+		db:   opts.DB,
+		log:  opts.Logger.With(slog.String("role", "chat")),
+		opts: opts,
+		lane: newLane(opts.DB, "receiver", QueueReceiverFlow, QueueReceiverRetry, opts.Retry, opts.Logger),
+	}
+	c.domain = newChatDomain(opts.DB, autoAckDefault(opts.AutoAckText, opts.DisableAutoAck))
+	return c
+}
+
+func autoAckDefault(text string, off bool) AutoAckRule {
+	if text == "" {
+		text = DefaultAutoAckText
+	}
+	return AutoAckRule{Enabled: !off, Text: text}
+}
+
+// newChatDomain wires the chat transactions to sender.flow on db.
+func newChatDomain(db *store.DB, autoAck AutoAckRule) *chatDomain {
+	sender := queue.New(queue.NewOpts{DB: db, Name: QueueSenderFlow, Retry: queue.RetryPolicy{MaxAttempts: flowAttempts}})
+	return &chatDomain{
+		now:     db.Now,
+		autoAck: autoAck,
+		send: func(ctx context.Context, tx *sql.Tx, cmd SendCommand) error {
+			body, err := json.Marshal(cmd)
+			if err != nil {
+				return err
+			}
+			_, err = sender.SendTx(ctx, tx, queue.Message{Body: body, Key: cmd.jobKey(), OrderKey: cmd.orderKey()})
+			return err
+		},
+	}
+}
+
+// Name names the worker.
+func (c *Chat) Name() string { return "omni-chat" }
+
+// Run consumes receiver.flow and receiver.retry until ctx is cancelled, then
+// returns once the envelopes in hand are applied and acknowledged.
+func (c *Chat) Run(ctx context.Context) error {
+	return c.lane.run(ctx,
+		queue.WorkerOpts{Handler: c.handleFlow, Concurrency: c.opts.Concurrency, PollInterval: c.opts.PollInterval},
+		queue.WorkerOpts{Handler: c.handleRetry, Concurrency: c.opts.Concurrency, PollInterval: c.opts.PollInterval},
+	)
+}
+
+// decodeEnvelope reads a receiver.flow body; one that cannot be read never
+// will be, so it is a permanent failure.
+func decodeEnvelope(body []byte) (*Envelope, error) {
+	var env Envelope
+	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, queue.Permanent(fmt.Errorf("decode envelope: %w", err))
+	}
+	if env.Version != EnvelopeVersion {
+		return nil, queue.Permanent(fmt.Errorf("envelope version %d, this build reads %d", env.Version, EnvelopeVersion))
+	}
+	if env.IdempotencyKey == "" {
+		return nil, queue.Permanent(errors.New("envelope without idempotencyKey"))
+	}
+	if err := validFor(&env); err != nil {
+		return nil, queue.Permanent(fmt.Errorf("envelope %s: %w", env.IdempotencyKey, err))
+	}
+	return &env, nil
+}
+
+// handleFlow applies an envelope from receiver.flow. When its thread has
+// envelopes waiting in receiver.retry it goes behind them; when applying it
+// fails it moves to receiver.retry itself, and later envelopes of its thread
+// follow it there.
+func (c *Chat) handleFlow(ctx context.Context, m queue.Message) error {
+	env, err := decodeEnvelope(m.Body)
+	if err != nil {
+		metricChatEvents.WithLabelValues("invalid", "dead").Inc()
+		return err
+	}
+	key := OrderingKey(env)
+	parked, err := c.lane.parked(ctx, key)
+	if err != nil {
+		return err
+	}
+	if parked {
+		return c.db.Tx(ctx, func(tx *sql.Tx) error {
+			return c.lane.escalateTx(ctx, tx, m.Body, env.IdempotencyKey, key, 0)
+		})
+	}
+	var res applied
+	err = c.db.Tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		res, err = c.domain.applyTx(ctx, tx, env)
+		return err
+	})
+	if err == nil {
+		c.record(env, res)
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err // stopping: the message comes back after its timeout
+	}
+	// Nothing of the failed apply was kept: hand the envelope to the retry lane.
+	delay := c.lane.policy.Backoff(1)
+	if moveErr := c.db.Tx(ctx, func(tx *sql.Tx) error {
+		return c.lane.escalateTx(ctx, tx, m.Body, env.IdempotencyKey, key, delay)
+	}); moveErr != nil {
+		return errors.Join(err, moveErr)
+	}
+	metricChatEvents.WithLabelValues(string(env.EventType), "retry").Inc()
+	c.log.Warn("envelope not applied; moved to "+QueueReceiverRetry, slog.String("event_id", env.IdempotencyKey),
+		slog.String("outcome", "retry"), slog.Any("err", err))
+	return nil
+}
+
+// handleRetry applies an envelope from receiver.retry and releases its
+// thread's hold. Failures retry in place with backoff; the last attempt
+// releases the thread and dead-letters the envelope (receiver.dlq).
+func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
+	env, err := decodeEnvelope(m.Body)
+	if err != nil {
+		metricChatEvents.WithLabelValues("invalid", "dead").Inc()
+		return err
+	}
+	var res applied
+	err = c.db.Tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if res, err = c.domain.applyTx(ctx, tx, env); err != nil {
+			return err
+		}
+		return c.lane.unparkTx(ctx, tx, env.IdempotencyKey)
+	})
+	if err == nil {
+		c.record(env, res)
+		return nil
+	}
+	if ctx.Err() == nil && m.Attempt >= c.lane.policy.MaxAttempts {
+		// Give up on this one so the thread's later envelopes flow again.
+		if unparkErr := c.db.Tx(ctx, func(tx *sql.Tx) error {
+			return c.lane.unparkTx(ctx, tx, env.IdempotencyKey)
+		}); unparkErr != nil {
+			return errors.Join(err, unparkErr)
+		}
+		metricChatEvents.WithLabelValues(string(env.EventType), "dead").Inc()
+		c.log.Error("envelope dead-lettered", slog.String("event_id", env.IdempotencyKey),
+			slog.Int("attempt", m.Attempt), slog.String("outcome", "dead"), slog.Any("err", err))
+		return queue.Permanent(err)
+	}
+	return err
+}
+
+func (c *Chat) record(env *Envelope, res applied) {
+	metricChatEvents.WithLabelValues(string(env.EventType), string(res.Outcome)).Inc()
+	if c.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.log.Debug("envelope applied", slog.String("event_id", env.IdempotencyKey),
+			slog.String("event_type", string(env.EventType)), slog.Int64("thread_id", int64(res.Thread)),
+			slog.String("outcome", string(res.Outcome)))
+	}
+}

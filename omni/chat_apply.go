@@ -1,0 +1,538 @@
+package omni
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"switchyard/store"
+)
+
+// The chat role's transaction: applying one inbound envelope to the chat
+// domain. Everything here runs inside the caller's *sql.Tx, together with the
+// dedup ledger row and the acknowledgement of the queue message, so an
+// envelope takes effect exactly once.
+
+// applyOutcome says what applying an envelope did.
+type applyOutcome string
+
+const (
+	outcomeApplied   applyOutcome = "applied"
+	outcomeDuplicate applyOutcome = "duplicate"
+	outcomeIgnored   applyOutcome = "ignored"
+)
+
+// applied is the result of applyTx.
+type applied struct {
+	Outcome applyOutcome
+	Thread  ThreadID
+	// Queued are the outgoing messages the envelope's rules queued.
+	Queued []MessageID
+}
+
+// sendTxFunc puts an outgoing command on sender.flow inside tx.
+type sendTxFunc func(ctx context.Context, tx *sql.Tx, cmd SendCommand) error
+
+// chatDomain holds what the chat transactions need besides the tx.
+type chatDomain struct {
+	now     func() time.Time
+	autoAck AutoAckRule // the default when omni_rules has no row
+	send    sendTxFunc
+}
+
+const (
+	ledgerSeenQuery   = `select 1 from omni_inbound_events where idempotency_key = ?`
+	ledgerInsertQuery = `
+		insert into omni_inbound_events (idempotency_key, event_type, thread_id, outcome, occurred_at, received_at, applied_at)
+		values (?, ?, ?, ?, ?, ?, ?)`
+)
+
+// applyTx applies env in tx and records it in the ledger. A second apply of
+// the same idempotency key changes nothing and reports outcomeDuplicate.
+func (d *chatDomain) applyTx(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
+	var one int
+	switch err := tx.QueryRowContext(ctx, ledgerSeenQuery, env.IdempotencyKey).Scan(&one); {
+	case err == nil:
+		return applied{Outcome: outcomeDuplicate}, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return applied{}, fmt.Errorf("read ledger: %w", err)
+	}
+
+	var (
+		res applied
+		err error
+	)
+	switch env.EventType {
+	case EventMessageCreated, EventCallbackReceived:
+		res, err = d.messageCreated(ctx, tx, env, nil)
+	case EventMessageEdited:
+		res, err = d.messageEdited(ctx, tx, env)
+	case EventMessageDeleted:
+		res, err = d.messageDeleted(ctx, tx, env)
+	case EventConnectionUpdated:
+		res, err = d.connectionUpdated(ctx, tx, env)
+	case EventMembershipUpdated:
+		res, err = d.membershipUpdated(ctx, tx, env)
+	default:
+		res = applied{Outcome: outcomeIgnored}
+	}
+	if err != nil {
+		return applied{}, fmt.Errorf("apply %s %s: %w", env.EventType, env.IdempotencyKey, err)
+	}
+	var thread any
+	if res.Thread != 0 {
+		thread = int64(res.Thread)
+	}
+	if _, err := tx.ExecContext(ctx, ledgerInsertQuery, env.IdempotencyKey, string(env.EventType), thread,
+		string(res.Outcome), store.TS(env.OccurredAt), store.TS(env.ReceivedAt), store.TS(d.now())); err != nil {
+		return applied{}, fmt.Errorf("write ledger: %w", err)
+	}
+	return res, nil
+}
+
+// validFor reports whether env carries what its event type needs; the
+// schema promises it, but a hand-made envelope may not keep the promise.
+func validFor(env *Envelope) error {
+	n := &env.PayloadNormalized
+	switch env.EventType {
+	case EventMessageCreated, EventMessageEdited:
+		if n.Chat == nil || n.Message == nil {
+			return errors.New("envelope lacks chat or message")
+		}
+	case EventCallbackReceived:
+		if n.Chat == nil || n.Callback == nil {
+			return errors.New("envelope lacks chat or callback")
+		}
+	case EventMessageDeleted:
+		if n.Chat == nil {
+			return errors.New("envelope lacks chat")
+		}
+	case EventConnectionUpdated:
+		if n.Connection == nil {
+			return errors.New("envelope lacks connection")
+		}
+	case EventMembershipUpdated:
+		if n.Chat == nil || n.Membership == nil {
+			return errors.New("envelope lacks chat or membership")
+		}
+	}
+	if env.Channel == ChannelTelegramBusiness && n.BusinessConnectionID == "" {
+		return errors.New("business envelope lacks businessConnectionId")
+	}
+	return nil
+}
+
+const (
+	upsertContactQuery = `
+		insert into omni_contacts (provider, business_connection_id, provider_user_id, name, username, reachable, created_at, updated_at)
+		values (?, ?, ?, ?, ?, 1, ?, ?)
+		on conflict (provider, business_connection_id, provider_user_id) do update set
+			name = case when excluded.name <> '' then excluded.name else omni_contacts.name end,
+			username = case when excluded.username <> '' then excluded.username else omni_contacts.username end,
+			updated_at = excluded.updated_at
+		returning id`
+	insertThreadQuery = `
+		insert into omni_threads (contact_id, channel, business_connection_id, bot_id, chat_id, state, unread, created_at, updated_at)
+		values (?, ?, ?, ?, ?, 'open', 0, ?, ?)
+		on conflict (contact_id, channel, business_connection_id) do nothing`
+	selectThreadIDQuery = `select id from omni_threads where contact_id = ? and channel = ? and business_connection_id = ?`
+	findThreadQuery     = `
+		select t.id from omni_threads t join omni_contacts c on c.id = t.contact_id
+		where c.provider = ? and c.business_connection_id = ? and c.provider_user_id = ? and t.channel = ?`
+	hasInboundQuery  = `select count(*) from omni_messages where thread_id = ? and direction = 'inbound'`
+	nextSeqQuery     = `select coalesce(max(seq), 0) + 1 from omni_messages where thread_id = ?`
+	findByProviderID = `select id, edited_at from omni_messages where thread_id = ? and provider_message_id = ?`
+	insertMessageSQL = `
+		insert into omni_messages (thread_id, seq, direction, origin, kind, text, status, provider_message_id,
+			provider_event_id, provider_date, edited_at, sent_at, created_at, updated_at)
+		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		returning id`
+	touchThreadQuery = `
+		update omni_threads set
+			last_message_at = case when last_message_at is null or last_message_at < ? then ? else last_message_at end,
+			unread = unread + ?,
+			state = case when ? = 1 then 'open' else state end,
+			updated_at = ?
+		where id = ?`
+	editMessageQuery   = `update omni_messages set text = ?, kind = ?, edited_at = ?, updated_at = ? where id = ?`
+	deleteMessageQuery = `
+		update omni_messages set deleted_at = ?, updated_at = ?
+		where thread_id = ? and provider_message_id = ? and deleted_at is null`
+	selectConnectionQuery = `
+		select id, bot_id, user_id, user_chat_id, enabled, can_reply, updated_at
+		from omni_business_connections where id = ?`
+	upsertConnectionQuery = `
+		insert into omni_business_connections (id, bot_id, user_id, user_chat_id, enabled, can_reply, event_date, created_at, updated_at)
+		values (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		on conflict (id) do update set
+			bot_id = excluded.bot_id, user_id = excluded.user_id, user_chat_id = excluded.user_chat_id,
+			enabled = excluded.enabled, can_reply = excluded.can_reply,
+			event_date = excluded.event_date, updated_at = excluded.updated_at
+		where omni_business_connections.event_date <= excluded.event_date`
+	setReachableQuery = `update omni_contacts set reachable = ?, unreachable_reason = ?, updated_at = ? where id = ?`
+	selectRuleQuery   = `select enabled, text from omni_rules where name = ?`
+)
+
+// threadRef is a thread found or created for an envelope.
+type threadRef struct {
+	ID      ThreadID
+	Created bool
+}
+
+// contactTx upserts the contact of env's chat and returns its id.
+func (d *chatDomain) contactTx(ctx context.Context, tx *sql.Tx, env *Envelope) (ContactID, error) {
+	n := &env.PayloadNormalized
+	now := store.TS(d.now())
+	var id ContactID
+	err := tx.QueryRowContext(ctx, upsertContactQuery, string(env.Provider), n.BusinessConnectionID, n.Chat.ID,
+		contactName(n.Chat), n.Chat.Username, now, now).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("upsert contact: %w", err)
+	}
+	return id, nil
+}
+
+// threadTx finds or creates the thread of env's chat.
+func (d *chatDomain) threadTx(ctx context.Context, tx *sql.Tx, env *Envelope) (threadRef, error) {
+	contact, err := d.contactTx(ctx, tx, env)
+	if err != nil {
+		return threadRef{}, err
+	}
+	n := &env.PayloadNormalized
+	now := store.TS(d.now())
+	res, err := tx.ExecContext(ctx, insertThreadQuery, int64(contact), string(env.Channel), n.BusinessConnectionID,
+		n.AccountID, n.Chat.ID, now, now)
+	if err != nil {
+		return threadRef{}, fmt.Errorf("insert thread: %w", err)
+	}
+	created, err := res.RowsAffected()
+	if err != nil {
+		return threadRef{}, err
+	}
+	var id ThreadID
+	if err := tx.QueryRowContext(ctx, selectThreadIDQuery, int64(contact), string(env.Channel), n.BusinessConnectionID).Scan(&id); err != nil {
+		return threadRef{}, fmt.Errorf("read thread: %w", err)
+	}
+	return threadRef{ID: id, Created: created == 1}, nil
+}
+
+// existingThreadTx finds the thread of env's chat without creating one.
+func existingThreadTx(ctx context.Context, tx *sql.Tx, env *Envelope) (ThreadID, bool, error) {
+	n := &env.PayloadNormalized
+	var id ThreadID
+	err := tx.QueryRowContext(ctx, findThreadQuery, string(env.Provider), n.BusinessConnectionID, n.Chat.ID, string(env.Channel)).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("find thread: %w", err)
+	}
+	return id, true, nil
+}
+
+// connectionTx reads a business connection; nil when unknown.
+func connectionTx(ctx context.Context, q queryRower, id string) (*BusinessConnection, error) {
+	if id == "" {
+		return nil, nil
+	}
+	var (
+		c         BusinessConnection
+		enabled   int
+		reply     int
+		updatedAt store.Timestamp
+	)
+	err := q.QueryRowContext(ctx, selectConnectionQuery, id).Scan(&c.ID, &c.BotID, &c.UserID, &c.UserChatID, &enabled, &reply, &updatedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read business connection: %w", err)
+	}
+	c.Enabled, c.CanReply, c.UpdatedAt = enabled == 1, reply == 1, updatedAt.Time
+	return &c, nil
+}
+
+// queryRower is a *sql.Tx or a *sql.DB.
+type queryRower interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// messageCreated stores a new message (or a pressed button) in its thread,
+// and queues the automatic acknowledgement when the rules say so. editedAt is
+// set when an edit arrives for a message the thread does not have.
+func (d *chatDomain) messageCreated(ctx context.Context, tx *sql.Tx, env *Envelope, editedAt *time.Time) (applied, error) {
+	n := &env.PayloadNormalized
+	var conn *BusinessConnection
+	if n.BusinessConnectionID != "" {
+		var err error
+		if conn, err = connectionTx(ctx, tx, n.BusinessConnectionID); err != nil {
+			return applied{}, err
+		}
+	}
+	th, err := d.threadTx(ctx, tx, env)
+	if err != nil {
+		return applied{}, err
+	}
+	res := applied{Outcome: outcomeApplied, Thread: th.ID}
+
+	class := classifyMessage(n, conn)
+	kind, text, providerID := KindCallback, "", (*string)(nil)
+	date := env.OccurredAt
+	if n.Message != nil {
+		kind, text, date = n.Message.Kind, n.Message.Text, n.Message.Date
+		providerID = env.ProviderMessageID
+	} else if n.Callback != nil {
+		text = n.Callback.Data
+	}
+	if providerID != nil {
+		var (
+			existing MessageID
+			edited   store.Timestamp
+		)
+		err := tx.QueryRowContext(ctx, findByProviderID, int64(th.ID), *providerID).Scan(&existing, &edited)
+		if err == nil {
+			return res, nil // the same provider message came in another update
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return applied{}, fmt.Errorf("find message: %w", err)
+		}
+	}
+	firstInbound := false
+	if class.Direction == DirectionInbound {
+		var inbound int
+		if err := tx.QueryRowContext(ctx, hasInboundQuery, int64(th.ID)).Scan(&inbound); err != nil {
+			return applied{}, fmt.Errorf("count inbound: %w", err)
+		}
+		firstInbound = inbound == 0
+	}
+	now := d.now()
+	var sentAt store.Timestamp
+	if class.Status == StatusSent {
+		sentAt = store.TS(date)
+	}
+	var edited store.Timestamp
+	if editedAt != nil {
+		edited = store.TS(*editedAt)
+	}
+	if _, err := d.insertMessageTx(ctx, tx, th.ID, class.Direction, class.Origin, kind, text, class.Status,
+		providerID, env.ProviderEventID, store.TS(date), edited, sentAt, now); err != nil {
+		return applied{}, err
+	}
+	unread := 0
+	if class.Unread {
+		unread = 1
+	}
+	if _, err := tx.ExecContext(ctx, touchThreadQuery, store.TS(date), store.TS(date), unread, boolInt(class.Direction == DirectionInbound),
+		store.TS(now), int64(th.ID)); err != nil {
+		return applied{}, fmt.Errorf("touch thread: %w", err)
+	}
+
+	rule, err := d.autoAckRuleTx(ctx, tx)
+	if err != nil {
+		return applied{}, err
+	}
+	if ackText, ok := decideAutoAck(rule, class, firstInbound, env.Channel, conn); ok {
+		id, err := d.queueOutgoingTx(ctx, tx, th.ID, OriginRule, ackText)
+		if err != nil {
+			return applied{}, fmt.Errorf("queue auto-acknowledgement: %w", err)
+		}
+		res.Queued = append(res.Queued, id)
+	}
+	return res, nil
+}
+
+// insertMessageTx appends a message to a thread, taking the thread's next seq.
+func (d *chatDomain) insertMessageTx(ctx context.Context, tx *sql.Tx, thread ThreadID, dir Direction, origin Origin,
+	kind MessageKind, text string, status Status, providerID *string, eventID string,
+	providerDate, editedAt, sentAt store.Timestamp, now time.Time) (MessageID, error) {
+	var seq int64
+	if err := tx.QueryRowContext(ctx, nextSeqQuery, int64(thread)).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("next seq: %w", err)
+	}
+	var pid, eid any
+	if providerID != nil {
+		pid = *providerID
+	}
+	if eventID != "" {
+		eid = eventID
+	}
+	var id MessageID
+	err := tx.QueryRowContext(ctx, insertMessageSQL, int64(thread), seq, string(dir), string(origin), string(kind), text,
+		string(status), pid, eid, providerDate, editedAt, sentAt, store.TS(now), store.TS(now)).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("insert message: %w", err)
+	}
+	return id, nil
+}
+
+// messageEdited replaces a stored message's text with a newer edit, or stores
+// the edited message when the thread never had it.
+func (d *chatDomain) messageEdited(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
+	n := &env.PayloadNormalized
+	editedAt := env.OccurredAt
+	if n.Message.EditedAt != nil {
+		editedAt = *n.Message.EditedAt
+	}
+	th, found, err := existingThreadTx(ctx, tx, env)
+	if err != nil {
+		return applied{}, err
+	}
+	if found {
+		var (
+			id     MessageID
+			stored store.Timestamp
+		)
+		err := tx.QueryRowContext(ctx, findByProviderID, int64(th), *env.ProviderMessageID).Scan(&id, &stored)
+		switch {
+		case err == nil:
+			if !decideEdit(stored.Time, editedAt) {
+				return applied{Outcome: outcomeIgnored, Thread: th}, nil
+			}
+			if _, err := tx.ExecContext(ctx, editMessageQuery, n.Message.Text, string(n.Message.Kind),
+				store.TS(editedAt), store.TS(d.now()), int64(id)); err != nil {
+				return applied{}, fmt.Errorf("edit message: %w", err)
+			}
+			return applied{Outcome: outcomeApplied, Thread: th}, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return applied{}, fmt.Errorf("find message: %w", err)
+		}
+	}
+	return d.messageCreated(ctx, tx, env, &editedAt)
+}
+
+// messageDeleted marks the deleted messages of a thread; the rows stay so the
+// operator sees what was said and that it was deleted.
+func (d *chatDomain) messageDeleted(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
+	th, found, err := existingThreadTx(ctx, tx, env)
+	if err != nil {
+		return applied{}, err
+	}
+	if !found {
+		return applied{Outcome: outcomeIgnored}, nil
+	}
+	now := store.TS(d.now())
+	for _, id := range env.PayloadNormalized.DeletedMessageIDs {
+		if _, err := tx.ExecContext(ctx, deleteMessageQuery, store.TS(env.OccurredAt), now, int64(th), id); err != nil {
+			return applied{}, fmt.Errorf("delete message: %w", err)
+		}
+	}
+	return applied{Outcome: outcomeApplied, Thread: th}, nil
+}
+
+// connectionUpdated keeps a business connection's state; an update older
+// than the stored one changes nothing.
+func (d *chatDomain) connectionUpdated(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
+	c := env.PayloadNormalized.Connection
+	now := store.TS(d.now())
+	res, err := tx.ExecContext(ctx, upsertConnectionQuery, c.ID, env.PayloadNormalized.AccountID, c.UserID, c.UserChatID,
+		boolInt(c.Enabled), boolInt(c.CanReply), store.TS(c.Date), now, now)
+	if err != nil {
+		return applied{}, fmt.Errorf("upsert business connection: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return applied{}, err
+	} else if n == 0 {
+		return applied{Outcome: outcomeIgnored}, nil
+	}
+	return applied{Outcome: outcomeApplied}, nil
+}
+
+// membershipUpdated marks the contact unreachable when the user blocked the
+// bot, and reachable again when they restarted it.
+func (d *chatDomain) membershipUpdated(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
+	change := decideMembership(env.PayloadNormalized.Membership)
+	if !change.Change {
+		return applied{Outcome: outcomeIgnored}, nil
+	}
+	contact, err := d.contactTx(ctx, tx, env)
+	if err != nil {
+		return applied{}, err
+	}
+	var reason any
+	if change.Reason != "" {
+		reason = change.Reason
+	}
+	if _, err := tx.ExecContext(ctx, setReachableQuery, boolInt(change.Reachable), reason, store.TS(d.now()), int64(contact)); err != nil {
+		return applied{}, fmt.Errorf("set reachable: %w", err)
+	}
+	th, _, err := existingThreadTx(ctx, tx, env)
+	if err != nil {
+		return applied{}, err
+	}
+	return applied{Outcome: outcomeApplied, Thread: th}, nil
+}
+
+// autoAckRuleTx reads the auto-acknowledgement rule: the operator's stored
+// version, else the configured default.
+func (d *chatDomain) autoAckRuleTx(ctx context.Context, tx *sql.Tx) (AutoAckRule, error) {
+	return readAutoAckRule(ctx, tx, d.autoAck)
+}
+
+func readAutoAckRule(ctx context.Context, q queryRower, def AutoAckRule) (AutoAckRule, error) {
+	var (
+		enabled int
+		text    string
+	)
+	err := q.QueryRowContext(ctx, selectRuleQuery, ruleAutoAck).Scan(&enabled, &text)
+	if errors.Is(err, sql.ErrNoRows) {
+		return def, nil
+	}
+	if err != nil {
+		return AutoAckRule{}, fmt.Errorf("read rule %s: %w", ruleAutoAck, err)
+	}
+	return AutoAckRule{Enabled: enabled == 1, Text: text}, nil
+}
+
+const (
+	threadRouteQuery = `
+		select t.channel, t.business_connection_id, t.bot_id, t.chat_id, c.provider
+		from omni_threads t join omni_contacts c on c.id = t.contact_id where t.id = ?`
+	touchOutgoingQuery = `
+		update omni_threads set
+			last_message_at = case when last_message_at is null or last_message_at < ? then ? else last_message_at end,
+			unread = case when ? = 1 then 0 else unread end,
+			updated_at = ?
+		where id = ?`
+)
+
+// queueOutgoingTx appends an outbound message in status queued to a thread
+// and puts its send command on sender.flow, in tx: the message exists if and
+// only if its command does.
+func (d *chatDomain) queueOutgoingTx(ctx context.Context, tx *sql.Tx, thread ThreadID, origin Origin, text string) (MessageID, error) {
+	var channel, conn, botID, chatID, provider string
+	err := tx.QueryRowContext(ctx, threadRouteQuery, int64(thread)).Scan(&channel, &conn, &botID, &chatID, &provider)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, ErrThreadNotFound
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read thread: %w", err)
+	}
+	now := d.now()
+	id, err := d.insertMessageTx(ctx, tx, thread, DirectionOutbound, origin, KindText, text, StatusQueued,
+		nil, "", store.Timestamp{}, store.Timestamp{}, store.Timestamp{}, now)
+	if err != nil {
+		return 0, err
+	}
+	// An operator who replies has read the thread.
+	if _, err := tx.ExecContext(ctx, touchOutgoingQuery, store.TS(now), store.TS(now), boolInt(origin == OriginOperator),
+		store.TS(now), int64(thread)); err != nil {
+		return 0, fmt.Errorf("touch thread: %w", err)
+	}
+	cmd := SendCommand{
+		Version: 1, MessageID: id, Provider: Provider(provider), AccountID: botID, Channel: Channel(channel),
+		BusinessConnectionID: conn, ChatID: chatID, Text: text,
+	}
+	if err := d.send(ctx, tx, cmd); err != nil {
+		return 0, fmt.Errorf("enqueue send command: %w", err)
+	}
+	return id, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,173 @@
+package omni
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/mymmrac/telego"
+
+	"switchyard/queue"
+	"switchyard/store"
+	"switchyard/telegram"
+	"switchyard/web/httpjson"
+)
+
+// WebhookPath is where omni_inbound takes Telegram's webhook.
+const WebhookPath = "/webhooks/telegram"
+
+// WebhookSecretHeader carries the webhook's secret token.
+const WebhookSecretHeader = "X-Telegram-Bot-Api-Secret-Token"
+
+// DefaultMaxUpdateBytes caps a webhook body; Telegram's updates are far smaller.
+const DefaultMaxUpdateBytes = 1 << 20
+
+// InboundOpts configure NewInbound.
+type InboundOpts struct {
+	DB *store.DB
+	// Token is the business-inbox bot's token (OMNI_TELEGRAM_TOKEN); only its
+	// bot id is used here, for the idempotency keys.
+	Token string
+	// WebhookSecret is the secret Telegram sends in
+	// X-Telegram-Bot-Api-Secret-Token (OMNI_WEBHOOK_SECRET). Required.
+	WebhookSecret string
+	// MaxUpdateBytes caps a body (DefaultMaxUpdateBytes when zero; 413 beyond).
+	MaxUpdateBytes int64
+	// Logger gets refused and failed requests; nil discards.
+	Logger *slog.Logger
+}
+
+// Inbound is the omni_inbound role: it authenticates Telegram's webhook,
+// normalises each update into the envelope v1 and enqueues it on
+// receiver.flow under its idempotency key. It holds no chat logic.
+type Inbound struct {
+	db      *store.DB
+	log     *slog.Logger
+	botID   int64
+	secret  string
+	hashed  [sha256.Size]byte
+	maxBody int64
+	flow    *queue.Queue
+}
+
+// NewInbound returns the inbound role. A token without a bot id or an empty
+// secret is a wiring mistake and panics.
+func NewInbound(opts InboundOpts) *Inbound {
+	if opts.DB == nil {
+		panic("omni: NewInbound needs a DB")
+	}
+	botID, ok := telegram.BotIDFromToken(opts.Token)
+	if !ok {
+		panic("omni: NewInbound needs a bot token of the form <bot id>:<secret>")
+	}
+	if opts.WebhookSecret == "" {
+		panic("omni: NewInbound needs a webhook secret")
+	}
+	if opts.MaxUpdateBytes <= 0 {
+		opts.MaxUpdateBytes = DefaultMaxUpdateBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Inbound{
+		db:      opts.DB,
+		log:     opts.Logger.With(slog.String("role", "inbound")),
+		botID:   botID,
+		secret:  opts.WebhookSecret,
+		hashed:  sha256.Sum256([]byte(opts.WebhookSecret)),
+		maxBody: opts.MaxUpdateBytes,
+		flow:    queue.New(queue.NewOpts{DB: opts.DB, Name: QueueReceiverFlow, Logger: opts.Logger, Retry: queue.RetryPolicy{MaxAttempts: flowAttempts}}),
+	}
+}
+
+// Routes registers POST /webhooks/telegram on the root router.
+func (in *Inbound) Routes(r *mux.Router) {
+	r.Handle(WebhookPath, httpjson.HandlerFunc(in.webhook)).Methods(http.MethodPost)
+}
+
+// webhook answers 200 only once the envelope is committed on receiver.flow
+// (or was already: a duplicate delivery), 401 to a wrong or missing secret,
+// 400 to a body that is not an update, and 503 when the enqueue failed, so
+// that Telegram delivers the update again.
+func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
+	start := time.Now()
+	// Hashing first makes the comparison's time independent of the length too.
+	given := sha256.Sum256([]byte(r.Header.Get(WebhookSecretHeader)))
+	if subtle.ConstantTimeCompare(given[:], in.hashed[:]) != 1 {
+		metricWebhookUpdates.WithLabelValues("unauthorized").Inc()
+		return httpjson.Unauthorized()
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, in.maxBody))
+	if err != nil {
+		var maxed *http.MaxBytesError
+		if errors.As(err, &maxed) {
+			metricWebhookUpdates.WithLabelValues("bad_request").Inc()
+			return err
+		}
+		return httpjson.BadRequest("could not read the body: %v", err)
+	}
+	env, err := NormalizeTelegram(body, in.botID, in.db.Now())
+	if err != nil {
+		metricWebhookUpdates.WithLabelValues("bad_request").Inc()
+		return httpjson.BadRequest("%v", err)
+	}
+	res, err := in.enqueue(r.Context(), env)
+	if err != nil {
+		metricWebhookUpdates.WithLabelValues("unavailable").Inc()
+		in.log.Error("webhook update not stored; Telegram will deliver it again",
+			slog.String("event_id", env.IdempotencyKey), slog.String("outcome", "unavailable"), slog.Any("err", err))
+		return httpjson.Unavailable("the update could not be stored; deliver it again")
+	}
+	outcome := "accepted"
+	if res.Duplicate {
+		outcome = "duplicate"
+	}
+	metricWebhookUpdates.WithLabelValues(outcome).Inc()
+	metricWebhookDuration.Observe(time.Since(start).Seconds())
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, `{"ok":true}`)
+	return nil
+}
+
+// enqueue puts env on receiver.flow in its own small transaction, which the
+// store commits together with concurrent webhooks' (group commit).
+func (in *Inbound) enqueue(ctx context.Context, env *Envelope) (queue.SendResult, error) {
+	raw, err := json.Marshal(env)
+	if err != nil {
+		return queue.SendResult{}, fmt.Errorf("encode envelope: %w", err)
+	}
+	return in.flow.Send(ctx, queue.Message{Body: raw, Key: env.IdempotencyKey, OrderKey: OrderingKey(env)})
+}
+
+// AllowedUpdates are the update types the chat role uses, for setWebhook.
+// Telegram sends nothing else, except what an operator asks for later; an
+// update of another type is still enqueued as "unknown".
+var AllowedUpdates = []string{
+	"message", "edited_message", "business_connection", "business_message",
+	"edited_business_message", "deleted_business_messages", "my_chat_member", "callback_query",
+}
+
+// SetWebhook asks Telegram (through bot) to deliver the bot's updates to
+// publicURL + WebhookPath with the webhook secret. Telegram accepts only
+// A-Z, a-z, 0-9, _ and - in a secret, as generated (hex) secrets are.
+func (in *Inbound) SetWebhook(ctx context.Context, bot *telego.Bot, publicURL string) error {
+	err := bot.SetWebhook(ctx, &telego.SetWebhookParams{
+		URL:            strings.TrimRight(publicURL, "/") + WebhookPath,
+		SecretToken:    in.secret,
+		AllowedUpdates: AllowedUpdates,
+	})
+	if err != nil {
+		return fmt.Errorf("omni: set webhook: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package omni
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"switchyard/queue"
+	"switchyard/store"
+	"switchyard/store/storetest"
+)
+
+// chatWithInbound runs the chat role on a fresh database and returns a
+// function that enqueues updates as the webhook does.
+func chatWithInbound(t *testing.T, retry queue.RetryPolicy) (*store.DB, func(body []byte)) {
+	t.Helper()
+	db := storetest.New(t)
+	in := NewInbound(InboundOpts{DB: db, Token: inboxToken, WebhookSecret: testSecret})
+	runWorker(t, NewChat(ChatOpts{DB: db, DisableAutoAck: true, PollInterval: 20 * time.Millisecond, Retry: retry}))
+	return db, func(body []byte) {
+		t.Helper()
+		if _, err := in.enqueue(context.Background(), envelopeOf(t, body, db.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// failInserts makes storing a message with this text fail, until undone.
+func failInserts(t *testing.T, db *store.DB, text string) (undo func()) {
+	t.Helper()
+	name := fmt.Sprintf("omni_test_fail_%d", time.Now().UnixNano())
+	if _, err := db.Write.Exec(`create trigger ` + name + ` before insert on omni_messages when new.text = '` + text + `'
+		begin select raise(abort, 'injected failure'); end`); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if _, err := db.Write.Exec(`drop trigger ` + name); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func threadTexts(t *testing.T, db *store.DB, chatID string) []string {
+	t.Helper()
+	rows, err := db.Read.Query(`select m.text from omni_messages m join omni_threads t on t.id = m.thread_id
+		where t.chat_id = ? order by m.seq`, chatID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestReceiverLanes(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a failing envelope moves to receiver.retry with its thread's later ones behind it, while other threads flow", func(t *testing.T) {
+		t.Parallel()
+		db, enqueue := chatWithInbound(t, queue.RetryPolicy{MaxAttempts: 1000, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+		undo := failInserts(t, db, "first")
+		enqueue(update(1, "message", privateMessage(42, 1, "first", t0)))
+		enqueue(update(2, "message", privateMessage(42, 2, "second", t0+1)))
+		enqueue(update(3, "message", privateMessage(43, 1, "elsewhere", t0+1)))
+		enqueue(update(4, "message", privateMessage(42, 3, "third", t0+2)))
+
+		eventually(t, 10*time.Second, func() bool {
+			return len(threadTexts(t, db, "43")) == 1 && count(t, db, `select count(*) from omni_parked where lane = 'receiver'`) == 3
+		}, func() string {
+			return fmt.Sprintf("thread 43 %v, parked %d", threadTexts(t, db, "43"),
+				count(t, db, `select count(*) from omni_parked where lane = 'receiver'`))
+		})
+		if got := threadTexts(t, db, "42"); len(got) != 0 {
+			t.Fatalf("thread 42 = %v while its first envelope fails, want nothing applied out of order", got)
+		}
+		undo()
+		eventually(t, 10*time.Second, func() bool { return len(threadTexts(t, db, "42")) == 3 },
+			func() string { return fmt.Sprintf("thread 42 = %v", threadTexts(t, db, "42")) })
+		if got := strings.Join(threadTexts(t, db, "42"), ","); got != "first,second,third" {
+			t.Errorf("thread 42 = %s, want first,second,third", got)
+		}
+		eventually(t, 5*time.Second, func() bool { return count(t, db, `select count(*) from omni_parked`) == 0 },
+			func() string { return "the thread stayed parked" })
+	})
+
+	t.Run("an envelope that never applies ends in receiver.dlq and releases its thread", func(t *testing.T) {
+		t.Parallel()
+		db, enqueue := chatWithInbound(t, queue.RetryPolicy{MaxAttempts: 3, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+		failInserts(t, db, "poison")
+		enqueue(update(1, "message", privateMessage(42, 1, "poison", t0)))
+		enqueue(update(2, "message", privateMessage(42, 2, "after", t0+1)))
+		eventually(t, 10*time.Second, func() bool { return len(threadTexts(t, db, "42")) == 1 },
+			func() string { return fmt.Sprintf("thread 42 = %v", threadTexts(t, db, "42")) })
+		if got := threadTexts(t, db, "42"); got[0] != "after" {
+			t.Errorf("thread 42 = %v, want the envelope after the poison one", got)
+		}
+		dead, err := queue.NewAdmin(queue.AdminOpts{DB: db}).ListDead(context.Background(), queue.DeadFilter{Queue: QueueReceiverRetry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dead) != 1 || !strings.Contains(string(dead[0].Body), "poison") || !strings.Contains(dead[0].LastError, "injected failure") {
+			t.Errorf("dead letters = %+v, want the poison envelope with its error", dead)
+		}
+	})
+}

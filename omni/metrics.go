@@ -1,0 +1,35 @@
+package omni
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	metricWebhookUpdates = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_omni_webhook_updates_total",
+		Help: "Telegram webhook requests, by outcome (accepted, duplicate, unauthorized, bad_request, unavailable).",
+	}, []string{"outcome"})
+	metricWebhookDuration = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "switchyard_omni_webhook_duration_seconds",
+		Help:    "Time from a webhook request's arrival to its committed enqueue.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .02, .05, .1, .25, .5, 1},
+	})
+	metricChatEvents = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_omni_chat_events_total",
+		Help: "Inbound envelopes the chat role handled, by event type and outcome (applied, duplicate, ignored, retry, dead).",
+	}, []string{"event_type", "outcome"})
+	metricOutboundSends = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_omni_outbound_sends_total",
+		Help: "Outbound delivery attempts, by outcome (sent, duplicate, rate_limited, retry, failed, refused, deferred).",
+	}, []string{"outcome"})
+	metricOutboundDuration = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "switchyard_omni_outbound_send_duration_seconds",
+		Help:    "Duration of sendMessage calls to the provider.",
+		Buckets: prometheus.DefBuckets,
+	})
+	metricLaneMoves = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_omni_lane_moves_total",
+		Help: "Messages moved from a flow queue to its retry queue, by lane (receiver, sender).",
+	}, []string{"lane"})
+)
