@@ -27,10 +27,18 @@ type config struct {
 	ShutdownTimeout time.Duration
 	BodyLimit       int64
 
+	// Telegram: one Bot API base URL for both bots; each bot's own token.
+	TelegramAPIURL string
+	BotUpdates     string
+	BotUsername    string
+	BackendURL     string
+
 	// Secrets come from the environment only (flags show up in ps), or are
 	// generated on first start and kept in the database.
-	AdminToken    string
-	BotToBackend  string
+	AdminToken       string
+	BotToBackend     string
+	BotTelegramToken string
+	BotWebhookSecret string
 }
 
 // option is one flag with its environment fallback, so help can list both.
@@ -44,6 +52,8 @@ type secretEnv struct{ env, usage string }
 var secretEnvs = []secretEnv{
 	{"SWITCHYARD_ADMIN_TOKEN", "admin token for /admin and /admin/api (generated on first start when unset)"},
 	{"BOT_TO_BACKEND_SECRET", "Bearer secret of the /bot/* contract (generated on first start when unset)"},
+	{"BOT_TELEGRAM_TOKEN", "the onboarding bot's Bot API token (unset: the built-in sandbox Bot API)"},
+	{"BOT_TELEGRAM_WEBHOOK_SECRET", "secret Telegram sends to POST /webhooks/bot (generated on first start when unset)"},
 }
 
 func (c *config) options(scope string) []option {
@@ -89,6 +99,16 @@ func (c *config) options(scope string) []option {
 			c.ShutdownTimeout = d
 			return nil
 		}},
+		option{"telegram-api-url", "TELEGRAM_API_URL", "", "Bot API base URL for both bots (default Telegram's; the sandbox when no token is set)", str(&c.TelegramAPIURL)},
+		option{"bot-updates", "BOT_TELEGRAM_UPDATES", "longpoll", "how the onboarding bot gets updates: longpoll or webhook (at <public-url>/webhooks/bot)", func(v string) error {
+			if v != "longpoll" && v != "webhook" {
+				return fmt.Errorf("must be longpoll or webhook")
+			}
+			c.BotUpdates = v
+			return nil
+		}},
+		option{"bot-username", "BOT_TELEGRAM_USERNAME", "", "the onboarding bot's @username for t.me deep links (default: the sandbox bot's)", str(&c.BotUsername)},
+		option{"backend-url", "SWITCHYARD_BACKEND_URL", "", "base URL of the /bot/* contract the bot calls (default: this process)", str(&c.BackendURL)},
 		option{"body-limit", "SWITCHYARD_BODY_LIMIT", "1048576", "largest accepted request body in bytes (413 beyond)", func(v string) error {
 			var n int64
 			if _, err := fmt.Sscan(v, &n); err != nil || n <= 0 {
@@ -157,6 +177,8 @@ func parseConfig(scope string, args []string, getenv func(string) string, help i
 	}
 	c.AdminToken = getenv("SWITCHYARD_ADMIN_TOKEN")
 	c.BotToBackend = getenv("BOT_TO_BACKEND_SECRET")
+	c.BotTelegramToken = getenv("BOT_TELEGRAM_TOKEN")
+	c.BotWebhookSecret = getenv("BOT_TELEGRAM_WEBHOOK_SECRET")
 	return c, nil
 }
 

@@ -55,18 +55,19 @@ func migrate(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 // secrets resolves each secret from the environment, or from the database,
 // generating it on first start. generated names the ones not from the environment.
 type secrets struct {
-	AdminToken, BotToBackend string
-	adminFromEnv             bool
+	AdminToken, BotToBackend, BotWebhook string
+	adminFromEnv                         bool
 }
 
 func loadSecrets(ctx context.Context, db *store.DB, cfg *config) (secrets, error) {
-	s := secrets{AdminToken: cfg.AdminToken, BotToBackend: cfg.BotToBackend, adminFromEnv: cfg.AdminToken != ""}
+	s := secrets{AdminToken: cfg.AdminToken, BotToBackend: cfg.BotToBackend, BotWebhook: cfg.BotWebhookSecret, adminFromEnv: cfg.AdminToken != ""}
 	for _, sec := range []struct {
 		key string
 		val *string
 	}{
 		{"secret.admin_token", &s.AdminToken},
 		{"secret.bot_to_backend", &s.BotToBackend},
+		{"secret.bot_webhook", &s.BotWebhook},
 	} {
 		if *sec.val != "" {
 			continue
@@ -108,12 +109,21 @@ func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	app := wire(cfg, db, sec, log)
-
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	self := "http://" + ln.Addr().String()
+	base := strings.TrimRight(cfg.PublicURL, "/")
+	if base == "" {
+		base = self
+	}
+	app, err := wire(ctx, cfg, db, sec, log, urls{self: self, public: base})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer app.close()
 	srv := &http.Server{
 		Handler:           app.handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -123,11 +133,7 @@ func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 	for _, f := range app.onShutdown {
 		srv.RegisterOnShutdown(f)
 	}
-	base := cfg.PublicURL
-	if base == "" {
-		base = "http://" + ln.Addr().String()
-	}
-	printBanner(stdout, strings.TrimRight(base, "/"), sec)
+	printBanner(stdout, base, sec)
 	log.Info("switchyard started", slog.String("addr", ln.Addr().String()), slog.String("db", cfg.DB),
 		slog.Any("roles", cfg.Roles), slog.String("version", version()))
 

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 
+	"github.com/gorilla/mux"
+
 	"switchyard/bot"
 	"switchyard/store"
+	"switchyard/telegram/fakebot"
 	"switchyard/web"
 )
 
@@ -15,10 +20,27 @@ type app struct {
 	handler    http.Handler
 	workers    []worker
 	onShutdown []func()
+	closers    []func()
 }
 
+func (a *app) close() {
+	for _, c := range a.closers {
+		c()
+	}
+}
+
+// urls are this process's own address (for calls to itself) and the address
+// people and Telegram reach it at.
+type urls struct{ self, public string }
+
+// sandboxPath is where the built-in fake Bot API is mounted when a bot has no token.
+const sandboxPath = "/sandbox/telegram"
+
+// Sandbox bot ids: the fake derives a bot's token from its id.
+const sandboxOnboardingBotID = 7000000001
+
 // wire builds the subsystems this process runs and mounts their routes.
-func wire(cfg *config, db *store.DB, sec secrets, log *slog.Logger) *app {
+func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog.Logger, u urls) (*app, error) {
 	a := &app{}
 	wo := web.Options{
 		DB:         db,
@@ -29,10 +51,31 @@ func wire(cfg *config, db *store.DB, sec secrets, log *slog.Logger) *app {
 		Roles:      cfg.Roles,
 	}
 
+	// The sandbox: a fake Telegram Bot API inside the process, for every bot
+	// that has no real token, so `go run .` works end to end offline.
+	var sandbox *fakebot.Server
+	sandboxURL := func() string {
+		if sandbox == nil {
+			sandbox = fakebot.New(fakebot.Opts{BasePath: sandboxPath, Log: log.With(slog.String("subsystem", "sandbox"))})
+			a.closers = append(a.closers, sandbox.Close)
+			wo.Public = append(wo.Public, func(r *mux.Router) { r.PathPrefix(sandboxPath + "/").Handler(sandbox) })
+		}
+		return u.self + sandboxPath
+	}
+
+	// Bot outbox: the backend's contract, and the onboarding bot that polls it.
+	botToken, botAPI, botUsername := cfg.BotTelegramToken, cfg.TelegramAPIURL, cfg.BotUsername
+	if botToken == "" && cfg.has("bot") {
+		botToken, botAPI = fakebot.Token(sandboxOnboardingBotID), sandboxURL()
+	}
+	if botUsername == "" && cfg.BotTelegramToken == "" {
+		botUsername = fmt.Sprintf("fake%d_bot", sandboxOnboardingBotID)
+	}
 	backend := bot.NewBackend(bot.BackendOpts{
-		DB:     db,
-		Secret: sec.BotToBackend,
-		Logger: log.With(slog.String("subsystem", "bot-backend")),
+		DB:          db,
+		Secret:      sec.BotToBackend,
+		Logger:      log.With(slog.String("subsystem", "bot-backend")),
+		BotUsername: botUsername,
 	})
 	// Operators can always act on the backend domain; the /bot/* contract is
 	// served by processes that run the backend role.
@@ -41,7 +84,31 @@ func wire(cfg *config, db *store.DB, sec secrets, log *slog.Logger) *app {
 		wo.Public = append(wo.Public, backend.Routes)
 		a.onShutdown = append(a.onShutdown, backend.Shutdown)
 	}
+	if cfg.has("bot") {
+		backendURL := cfg.BackendURL
+		if backendURL == "" {
+			backendURL = u.self
+		}
+		ob, err := bot.NewOnboarding(bot.OnboardingOpts{
+			DB:             db,
+			Logger:         log.With(slog.String("subsystem", "onboarding-bot")),
+			BackendURL:     backendURL,
+			BackendSecret:  sec.BotToBackend,
+			TelegramToken:  botToken,
+			TelegramAPIURL: botAPI,
+			Updates:        cfg.BotUpdates,
+			WebhookSecret:  sec.BotWebhook,
+			WebhookURL:     u.public + "/webhooks/bot",
+			CabinetURL:     u.public + "/admin",
+		})
+		if err != nil {
+			return nil, fmt.Errorf("onboarding bot: %w", err)
+		}
+		wo.Public = append(wo.Public, ob.Routes)
+		wo.Admin = append(wo.Admin, ob.AdminRoutes)
+		a.workers = append(a.workers, ob)
+	}
 
 	a.handler = web.New(wo)
-	return a
+	return a, nil
 }
