@@ -1,0 +1,439 @@
+package referral
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"switchyard/store"
+)
+
+// This file is the consumers' transaction: steps 1–8 of the spec for one
+// message of pin.identity.users.v1, inside the transaction the consumer group
+// hands its handler (which also commits the offset). Every SQL statement the
+// transaction runs sits here.
+
+// inbound is one record of pin.identity.users.v1 as the handler sees it.
+type inbound struct {
+	Key       string
+	Value     []byte
+	Partition int
+	Offset    int64
+	Attempt   int // 1 on the first delivery
+}
+
+// txPublisher appends a record to a topic inside the caller's transaction.
+type txPublisher interface {
+	publishTx(ctx context.Context, tx *sql.Tx, key string, value []byte) error
+}
+
+// result is what one message did; the handler logs and counts it.
+type result struct {
+	Type          MessageType
+	MessageID     string
+	CorrelationID string
+	UserID        UserID
+	Duplicate     bool
+	Ignored       bool // a message type these consumers do not handle
+	VersionDiffer bool // contractVersion is not ContractVersion (warn and proceed)
+
+	ReplicaApplied bool  // branch A (or the block) changed the replica
+	ReplicaVersion int64 // the replica's version after the message
+	Outcome        Outcome
+	Slug           string
+	LinkID         LinkID
+	BondID         BondID
+	LeadRequested  bool
+	RegisteredVia  string
+	Phone          string // masked
+	BoundAt        time.Time
+}
+
+// apply runs one message in tx. Its error tells the queue what to do: a
+// queue-permanent error (ErrBadPayload) goes to the dead-letter queue,
+// ErrOwnerReplicaMissing and storage errors are retried.
+func (s *Service) apply(ctx context.Context, tx *sql.Tx, in inbound) (result, error) {
+	env, err := parseEnvelope(in.Value)
+	if err != nil {
+		return result{}, err
+	}
+	res := result{
+		Type:          env.Type,
+		MessageID:     env.MessageID,
+		CorrelationID: env.CorrelationID,
+		VersionDiffer: env.ContractVersion != ContractVersion,
+	}
+	switch env.Type {
+	case TypeUserUpserted:
+		ev, err := parseUserUpserted(env)
+		res.UserID = ev.UserID
+		if err != nil {
+			return res, err
+		}
+		return s.applyUpserted(ctx, tx, ev, res)
+	case TypeUserBlocked:
+		ev, err := parseUserBlocked(env)
+		res.UserID = ev.UserID
+		if err != nil {
+			return res, err
+		}
+		return s.applyBlocked(ctx, tx, ev, res)
+	default:
+		res.Ignored = true
+		return res, nil
+	}
+}
+
+// applyUpserted is ReferralUserUpsertedConsumer: branch A on every event,
+// branch B (trigger T1, rule R1) on a first-seen user with a ReferrerUrl.
+func (s *Service) applyUpserted(ctx context.Context, tx *sql.Tx, ev UserUpserted, res result) (result, error) {
+	res.RegisteredVia = ev.RegisteredVia
+	res.Phone = MaskPhone(ev.PhoneNumber)
+	q := s.prepared(tx)
+	mark := string(TypeUserUpserted) + ":" + ev.MessageID
+	if dup, err := hasMark(ctx, q, mark); err != nil || dup {
+		res.Duplicate = dup
+		return res, err
+	}
+	now := s.db.Now()
+
+	// Branch A: the replica, behind the version guard.
+	held, err := getReplica(ctx, q, ev.UserID)
+	if err != nil {
+		return res, err
+	}
+	replica, ok := upsertReplica(ev, held, now)
+	if ok {
+		if err := putReplica(ctx, q, replica); err != nil {
+			return res, err
+		}
+	}
+	res.ReplicaApplied, res.ReplicaVersion = ok, replica.ReplicaVersion
+
+	// Branch B: read what the rule needs, then decide.
+	facts := attachFacts{Event: ev}
+	if ev.ReferrerURL != nil {
+		if slug, valid := NormalizeSlug(*ev.ReferrerURL); valid {
+			if err := readAttachFacts(ctx, q, slug, &facts); err != nil {
+				return res, err
+			}
+		}
+	}
+	d := decideAttach(facts)
+	res.Outcome, res.Slug, res.LeadRequested = d.Outcome, d.Slug, d.LeadRequested
+	if facts.Link != nil {
+		res.LinkID = facts.Link.ID
+	}
+	switch d.Outcome {
+	case OutcomeOwnerMissing:
+		return res, ErrOwnerReplicaMissing
+	case OutcomeR1:
+		bondID, won, err := s.bind(ctx, tx, ev, *facts.Link, d.LeadRequested, now)
+		if err != nil {
+			return res, err
+		}
+		if won {
+			res.BondID, res.BoundAt = bondID, ev.OccurredAt
+		} else {
+			res.Outcome, res.LeadRequested = OutcomeRaceLost, false
+		}
+	}
+	return res, putMark(ctx, q, mark, ev.UserID, res.Outcome, now)
+}
+
+// readAttachFacts reads, in the spec's order, what decideAttach needs; it
+// stops reading once the answer cannot change.
+func readAttachFacts(ctx context.Context, tx dbtx, slug string, f *attachFacts) error {
+	var err error
+	if f.HasInitial, err = hasInitial(ctx, tx, f.Event.UserID); err != nil || f.HasInitial {
+		return err
+	}
+	if f.Link, err = liveLinkByURL(ctx, tx, slug); err != nil || f.Link == nil {
+		return err
+	}
+	if f.Owner, err = getReplica(ctx, tx, f.Link.OwnerUserID); err != nil {
+		return err
+	}
+	f.HasActiveBond, err = hasActiveBond(ctx, tx, f.Event.UserID)
+	return err
+}
+
+// bind writes R1's bond and Initial entry, pointing at each other, and the
+// outgoing events. won is false when a unique index says another attach
+// trigger bound the user first: then nothing is written and nothing is
+// published (idempotent completion).
+func (s *Service) bind(ctx context.Context, tx *sql.Tx, ev UserUpserted, l Link, lead bool, now time.Time) (BondID, bool, error) {
+	bondID, regID := BondID(newID()), RegistrationID(newID())
+	b, r := newBond(ev, l, lead, bondID, regID, now)
+	q := s.prepared(tx)
+	won, err := insertBond(ctx, q, b)
+	if err != nil || !won {
+		return "", false, err
+	}
+	if won, err = insertRegistration(ctx, q, r); err != nil {
+		return "", false, err
+	}
+	if !won {
+		if _, err := q.ExecContext(ctx, deleteBondQuery, string(b.ID)); err != nil {
+			return "", false, err
+		}
+		return "", false, nil
+	}
+	value, err := bondCreatedEvent(ev.meta, b, l.Channel, now)
+	if err != nil {
+		return "", false, err
+	}
+	if err := s.bondsOut.publishTx(ctx, tx, string(b.ReferredUserID), value); err != nil {
+		return "", false, fmt.Errorf("publish bond-created: %w", err)
+	}
+	if lead {
+		value, err := leadAttachRequestedEvent(ev.meta, b, l, now)
+		if err != nil {
+			return "", false, err
+		}
+		if err := s.leadsOut.publishTx(ctx, tx, string(b.ReferredUserID), value); err != nil {
+			return "", false, fmt.Errorf("publish lead-attach-requested: %w", err)
+		}
+	}
+	return b.ID, true, nil
+}
+
+// applyBlocked is ReferralUserBlockedConsumer: Status = Blocked behind the
+// version guard; a user without a replica is a warning and a no-op. It
+// publishes nothing.
+func (s *Service) applyBlocked(ctx context.Context, tx *sql.Tx, ev UserBlocked, res result) (result, error) {
+	q := s.prepared(tx)
+	mark := string(TypeUserBlocked) + ":" + ev.MessageID
+	if dup, err := hasMark(ctx, q, mark); err != nil || dup {
+		res.Duplicate = dup
+		return res, err
+	}
+	now := s.db.Now()
+	held, err := getReplica(ctx, q, ev.UserID)
+	if err != nil {
+		return res, err
+	}
+	replica, ok := blockReplica(ev, held, now)
+	switch {
+	case held == nil:
+		res.Outcome = OutcomeNoReplica
+	case !ok:
+		res.Outcome, res.ReplicaVersion = OutcomeStale, held.ReplicaVersion
+	default:
+		if err := blockStatus(ctx, q, replica); err != nil {
+			return res, err
+		}
+		res.Outcome, res.ReplicaApplied, res.ReplicaVersion = OutcomeBlocked, true, replica.ReplicaVersion
+	}
+	return res, putMark(ctx, q, mark, ev.UserID, res.Outcome, now)
+}
+
+// prepared wraps tx so the consumer's queries use the prepared statements.
+func (s *Service) prepared(tx *sql.Tx) preparedTx { return preparedTx{tx: tx, stmts: s.stmts} }
+
+func newID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// querier is what the read pool, a transaction and a preparedTx offer.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// dbtx is a transaction as the consumer's SQL uses it.
+type dbtx interface {
+	querier
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// consumerQueries are prepared once on the writer connection (New), so the
+// consumer's transaction does not parse its SQL again for every record.
+var consumerQueries = []string{
+	hasMarkQuery, putMarkQuery, getReplicaQuery, putReplicaQuery, blockStatusQuery, hasInitialQuery,
+	hasActiveBondQuery, liveLinkByURLQuery, insertBondQuery, insertRegistrationQuery, deleteBondQuery,
+}
+
+// preparedTx runs the consumer's queries in tx through statements prepared
+// on the writer connection; other queries go to tx as they are.
+type preparedTx struct {
+	tx    *sql.Tx
+	stmts map[string]*sql.Stmt
+}
+
+func (p preparedTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st, ok := p.stmts[query]; ok {
+		return p.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
+	return p.tx.QueryRowContext(ctx, query, args...)
+}
+
+func (p preparedTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st, ok := p.stmts[query]; ok {
+		return p.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	}
+	return p.tx.ExecContext(ctx, query, args...)
+}
+
+const (
+	hasMarkQuery = `select 1 from referral_processed_messages where mark = ?`
+	putMarkQuery = `insert into referral_processed_messages (mark, user_id, outcome, processed_at) values (?, ?, ?, ?)`
+)
+
+func hasMark(ctx context.Context, tx dbtx, mark string) (bool, error) {
+	var one int
+	err := tx.QueryRowContext(ctx, hasMarkQuery, mark).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func putMark(ctx context.Context, tx dbtx, mark string, user UserID, outcome Outcome, now time.Time) error {
+	_, err := tx.ExecContext(ctx, putMarkQuery, mark, string(user), string(outcome), store.TS(now))
+	return err
+}
+
+const replicaColumns = `id, type, company_id, status, first_name, last_name, middle_name,
+	phone_number, is_name_filled, registered_at, replica_version, updated_at`
+
+func scanReplica(row interface{ Scan(...any) error }) (*Replica, error) {
+	var (
+		r                   Replica
+		id, typ, status     string
+		registered, updated store.Timestamp
+	)
+	err := row.Scan(&id, &typ, &r.CompanyID, &status, &r.Name.FirstName, &r.Name.LastName, &r.Name.MiddleName,
+		&r.PhoneNumber, &r.IsNameFilled, &registered, &r.ReplicaVersion, &updated)
+	if err != nil {
+		return nil, err
+	}
+	r.ID, r.Type, r.Status = UserID(id), UserType(typ), UserStatus(status)
+	r.RegisteredAt, r.UpdatedAt = registered.Time, updated.Time
+	return &r, nil
+}
+
+const getReplicaQuery = `select ` + replicaColumns + ` from referral_users where id = ?`
+
+// getReplica returns the user's replica, or nil when there is none.
+func getReplica(ctx context.Context, q querier, id UserID) (*Replica, error) {
+	r, err := scanReplica(q.QueryRowContext(ctx, getReplicaQuery, string(id)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return r, err
+}
+
+// putReplica inserts or replaces the replica; the where clause repeats the
+// version guard so an older snapshot can never overwrite a newer one.
+const putReplicaQuery = `
+		insert into referral_users (` + replicaColumns + `)
+		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		on conflict (id) do update set
+			type = excluded.type, company_id = excluded.company_id, status = excluded.status,
+			first_name = excluded.first_name, last_name = excluded.last_name, middle_name = excluded.middle_name,
+			phone_number = excluded.phone_number, is_name_filled = excluded.is_name_filled,
+			registered_at = excluded.registered_at, replica_version = excluded.replica_version,
+			updated_at = excluded.updated_at
+		where referral_users.replica_version < excluded.replica_version`
+
+func putReplica(ctx context.Context, tx dbtx, r Replica) error {
+	_, err := tx.ExecContext(ctx, putReplicaQuery,
+		string(r.ID), string(r.Type), r.CompanyID, string(r.Status), r.Name.FirstName, r.Name.LastName, r.Name.MiddleName,
+		r.PhoneNumber, r.IsNameFilled, store.TS(r.RegisteredAt), r.ReplicaVersion, store.TS(r.UpdatedAt))
+	return err
+}
+
+const blockStatusQuery = `update referral_users set status = ?, replica_version = ?, updated_at = ? where id = ? and replica_version < ?`
+
+func blockStatus(ctx context.Context, tx dbtx, r Replica) error {
+	_, err := tx.ExecContext(ctx, blockStatusQuery, string(r.Status), r.ReplicaVersion, store.TS(r.UpdatedAt), string(r.ID), r.ReplicaVersion)
+	return err
+}
+
+const hasInitialQuery = `select 1 from referral_registrations where referred_user_id = ? and registration_type = ?`
+
+func hasInitial(ctx context.Context, tx dbtx, user UserID) (bool, error) {
+	var one int
+	err := tx.QueryRowContext(ctx, hasInitialQuery, string(user), string(RegistrationInitial)).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+const hasActiveBondQuery = `select 1 from referral_bonds where referred_user_id = ? and status = ?`
+
+func hasActiveBond(ctx context.Context, tx dbtx, user UserID) (bool, error) {
+	var one int
+	err := tx.QueryRowContext(ctx, hasActiveBondQuery, string(user), string(BondActive)).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+const linkColumns = `id, url, owner_user_id, tenant_id, channel, created_at, deleted_at`
+
+func scanLink(row interface{ Scan(...any) error }) (*Link, error) {
+	var (
+		l                  Link
+		id, owner          string
+		created, deletedAt store.Timestamp
+	)
+	if err := row.Scan(&id, &l.URL, &owner, &l.TenantID, &l.Channel, &created, &deletedAt); err != nil {
+		return nil, err
+	}
+	l.ID, l.OwnerUserID, l.CreatedAt, l.DeletedAt = LinkID(id), UserID(owner), created.Time, deletedAt.Time
+	return &l, nil
+}
+
+const liveLinkByURLQuery = `select ` + linkColumns + ` from referral_links where url = ? and deleted_at is null`
+
+// liveLinkByURL returns the link with this slug that is not deleted, or nil (guard G1).
+func liveLinkByURL(ctx context.Context, q querier, slug string) (*Link, error) {
+	l, err := scanLink(q.QueryRowContext(ctx, liveLinkByURLQuery, slug))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return l, err
+}
+
+const (
+	insertBondQuery = `
+		insert into referral_bonds (id, referred_user_id, referrer_user_id, referral_link_id, tenant_id,
+			bound_at, applied_rule, status, registration_id, created_at)
+		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		on conflict do nothing`
+	insertRegistrationQuery = `
+		insert into referral_registrations (id, referred_user_id, registration_type, applied_rule, lead_requested,
+			link_url, referrer_user_id, tenant_id, registered_at, bond_id, created_at)
+		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		on conflict do nothing`
+	deleteBondQuery = `delete from referral_bonds where id = ?`
+)
+
+// insertBond writes b unless a unique index (one active bond per referred
+// user) already holds another; won tells which.
+func insertBond(ctx context.Context, tx dbtx, b Bond) (won bool, err error) {
+	res, err := tx.ExecContext(ctx, insertBondQuery, string(b.ID), string(b.ReferredUserID), string(b.ReferrerUserID), string(b.ReferralLinkID), b.TenantID,
+		store.TS(b.BoundAt), string(b.AppliedRule), string(b.Status), string(b.RegistrationID), store.TS(b.CreatedAt))
+	return affectedOne(res, err)
+}
+
+// insertRegistration writes r unless a unique index (one Initial entry per
+// referred user) already holds another; won tells which.
+func insertRegistration(ctx context.Context, tx dbtx, r Registration) (won bool, err error) {
+	res, err := tx.ExecContext(ctx, insertRegistrationQuery, string(r.ID), string(r.ReferredUserID), string(r.RegistrationType), string(r.AppliedRule), r.LeadRequested,
+		r.LinkURL, string(r.ReferrerUserID), r.TenantID, store.TS(r.RegisteredAt), string(r.BondID), store.TS(r.CreatedAt))
+	return affectedOne(res, err)
+}
+
+func affectedOne(res sql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
