@@ -3,6 +3,7 @@
 //
 //	switchyard [serve]   run (the default when no subcommand is given)
 //	switchyard migrate   apply migrations and exit
+//	switchyard publish   append a JSON Lines file to a topic
 //	switchyard version   print the version
 package main
 
@@ -46,6 +47,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return migrate(ctx, cfg, stdout, stderr)
+	case "publish":
+		return publishCmd(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "switchyard", version())
 		return nil
@@ -55,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 Commands:
   serve     run Switchyard (the default)
   migrate   apply database migrations and exit
+  publish   append a JSON Lines file to a topic (switchyard publish --topic T FILE.jsonl)
   version   print the version
 
 Run "switchyard <command> --help" for a command's options.

@@ -233,3 +233,31 @@ func TestConfig(t *testing.T) {
 		t.Fatal("an unknown command was accepted")
 	}
 }
+
+func TestPublishCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "p.db")
+	file := filepath.Join(dir, "events.jsonl")
+	lines := []string{
+		`{"messageId":"6f1c1a52-0000-4000-8000-000000000001","type":"pin.identity.user-upserted","contractVersion":1,"aggregateId":"11111111-1111-4111-8111-111111111111","aggregateType":"User","occurredAt":"2026-01-01T00:00:00Z","correlationId":"c1","payload":{"UserId":"11111111-1111-4111-8111-111111111111","Type":"Agent","Status":"Active","Name":{"FirstName":"A"},"PhoneNumber":"+79990001234","RegisteredVia":"Sms","Version":1}}`,
+		``,
+		`{"messageId":"6f1c1a52-0000-4000-8000-000000000002","type":"pin.identity.user-upserted","contractVersion":1,"aggregateId":"22222222-2222-4222-8222-222222222222","aggregateType":"User","occurredAt":"2026-01-01T00:00:00Z","correlationId":"c2","payload":{"UserId":"22222222-2222-4222-8222-222222222222","Type":"Investor","Status":"Active","Name":{"FirstName":"B"},"PhoneNumber":"+79990005678","RegisteredVia":"Sms","Version":1}}`,
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary(t), "publish", "--db", db, "--topic", "pin.identity.users.v1", file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("publish: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "published 2 record(s) to pin.identity.users.v1 (1 blank line(s) skipped)") {
+		t.Fatalf("summary missing:\n%s", out)
+	}
+	if err := os.WriteFile(file, []byte("{not json\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(binary(t), "publish", "--db", db, file).CombinedOutput(); err == nil {
+		t.Fatalf("a bad line was published:\n%s", out)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/bot"
+	"switchyard/referral"
 	"switchyard/store"
 	"switchyard/telegram/fakebot"
 	"switchyard/web"
@@ -107,6 +108,17 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 		wo.Public = append(wo.Public, ob.Routes)
 		wo.Admin = append(wo.Admin, ob.AdminRoutes)
 		a.workers = append(a.workers, ob)
+	}
+
+	// Referral: topics are declared by every process (so publishes work
+	// anywhere); the consumer group runs under the referral role.
+	ref, err := referral.New(ctx, referral.Opts{DB: db, Logger: log.With(slog.String("subsystem", "referral"))})
+	if err != nil {
+		return nil, fmt.Errorf("referral: %w", err)
+	}
+	wo.Admin = append(wo.Admin, ref.AdminRoutes)
+	if cfg.has("referral") {
+		a.workers = append(a.workers, ref)
 	}
 
 	a.handler = web.New(wo)
