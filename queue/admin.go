@@ -711,7 +711,9 @@ func (a *Admin) Publish(ctx context.Context, topic, key string, value []byte) (P
 		return Position{}, err
 	}
 	metricSent.WithLabelValues(topic).Inc()
-	topicSignal(a.db, topic).notify()
+	sig := topicSignal(a.db, topic)
+	sig.markPartition(pos.Partition)
+	sig.notify()
 	return pos, nil
 }
 

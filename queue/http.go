@@ -193,7 +193,7 @@ func (a *Admin) handleRedrive(w http.ResponseWriter, r *http.Request) error {
 	}
 	n, err := a.Redrive(r.Context(), f)
 	if err != nil {
-		return err
+		return notFound(err)
 	}
 	httpjson.Write(w, http.StatusOK, map[string]int{"redriven": n})
 	return nil

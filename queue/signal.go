@@ -74,6 +74,37 @@ type signal struct {
 	// before it commits; a waiter that reads through the read pool must first
 	// let the writer finish that transaction.
 	uncommitted atomic.Bool
+	// listeners are the subscribers' dirty masks: bit p%64 is set for each
+	// partition p published to since the subscriber last looked, so it reads
+	// only those partitions' logs.
+	listeners map[*atomic.Uint64]struct{}
+}
+
+// listen registers a dirty mask that markPartition fills.
+func (s *signal) listen() *atomic.Uint64 {
+	m := new(atomic.Uint64)
+	s.mu.Lock()
+	if s.listeners == nil {
+		s.listeners = map[*atomic.Uint64]struct{}{}
+	}
+	s.listeners[m] = struct{}{}
+	s.mu.Unlock()
+	return m
+}
+
+func (s *signal) unlisten(m *atomic.Uint64) {
+	s.mu.Lock()
+	delete(s.listeners, m)
+	s.mu.Unlock()
+}
+
+func (s *signal) markPartition(p int) {
+	bit := uint64(1) << (p % 64)
+	s.mu.Lock()
+	for m := range s.listeners {
+		m.Or(bit)
+	}
+	s.mu.Unlock()
 }
 
 // wait returns a channel that is closed at the next notify.

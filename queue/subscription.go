@@ -267,6 +267,8 @@ func (s *Subscription) loop() {
 	ctx := context.WithoutCancel(s.hctx)
 	stopping := s.stopping
 	topicSig := s.t.sig
+	dirty := topicSig.listen()
+	defer topicSig.unlisten(dirty)
 	groupSig := groupSignal(s.db, s.t.name, s.group)
 	renew := time.NewTicker(max(s.opts.LeaseTTL/3, time.Millisecond))
 	defer renew.Stop()
@@ -302,7 +304,12 @@ func (s *Subscription) loop() {
 				// writer finish it, so the read pool sees the record.
 				_ = s.db.Tx(ctx, func(*sql.Tx) error { return nil })
 			}
-			s.wakeAll()
+			marked := dirty.Swap(0)
+			for _, p := range s.parts {
+				if marked&(1<<(p.id%64)) != 0 {
+					p.caughtUp = false
+				}
+			}
 		case <-groupWake:
 			s.loadRedriven(ctx)
 		case <-timer.C:

@@ -147,6 +147,7 @@ func (t *Topic) Publish(ctx context.Context, key string, value []byte) (Position
 		return Position{}, err
 	}
 	metricSent.WithLabelValues(t.name).Inc()
+	t.sig.markPartition(pos.Partition)
 	t.sig.notify()
 	return pos, nil
 }
@@ -159,6 +160,7 @@ func (t *Topic) PublishTx(ctx context.Context, tx *sql.Tx, key string, value []b
 		return Position{}, err
 	}
 	metricSent.WithLabelValues(t.name).Inc()
+	t.sig.markPartition(pos.Partition)
 	t.sig.notifyUncommitted()
 	return pos, nil
 }

@@ -596,6 +596,41 @@ func TestPublish(t *testing.T) {
 		}
 	})
 
+	t.Run("two groups on one topic both get every record at once, without polling", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		topic := newTopic(t, db, "t", 3)
+		got := map[string]chan string{"a": make(chan string, 10), "b": make(chan string, 10)}
+		for g, ch := range got {
+			subscribe(t, topic, queue.SubscribeOpts{Group: g, PollInterval: time.Hour, Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+				ch <- string(r.Value)
+				return nil
+			}})
+		}
+		eventually(t, 5*time.Second, "both groups own their partitions", func() bool {
+			return count(t, db, `select count(*) from store_leases where name like 'queue.group/%'`) == 6
+		})
+		for i := range 5 {
+			if _, err := topic.Publish(t.Context(), fmt.Sprintf("k%d", i), fmt.Appendf(nil, "%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for g, ch := range got {
+			seen := map[string]bool{}
+			for range 5 {
+				select {
+				case v := <-ch:
+					seen[v] = true
+				case <-time.After(5 * time.Second):
+					t.Fatalf("group %s got %d of 5 records (polls are an hour apart)", g, len(seen))
+				}
+			}
+			if len(seen) != 5 {
+				t.Errorf("group %s got %v, want all 5", g, seen)
+			}
+		}
+	})
+
 	t.Run("declaring a topic again with another partition count fails", func(t *testing.T) {
 		t.Parallel()
 		db := storetest.New(t)

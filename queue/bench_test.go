@@ -1,0 +1,138 @@
+package queue_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"maragu.dev/goqite"
+
+	"switchyard/queue"
+	"switchyard/store"
+	"switchyard/store/storetest"
+)
+
+// BenchmarkThroughput measures, in one run and all at synchronous=FULL:
+//
+//	goqite:         goqite's own send→receive→delete loop, as in its benchmark
+//	                (b.RunParallel, one transaction per call) — the baseline;
+//	queue:          queue/ send→handle→ack end to end: parallel senders, one
+//	                worker, batch receives and acknowledgements;
+//	topic:          publish→consume: parallel publishers, one consumer group.
+//
+// Each reports msg/s; queue also reports its ratio to the goqite loop
+// measured just before it (x-goqite).
+//
+//	go test -run '^$' -bench BenchmarkThroughput -benchtime 3s ./queue/
+func BenchmarkThroughput(b *testing.B) {
+	var baseline float64
+
+	b.Run("goqite", func(b *testing.B) {
+		db := storetest.NewWith(b, store.Options{Synchronous: store.SyncFull})
+		q := goqite.New(goqite.NewOpts{DB: db.Write, Name: "bench"})
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			ctx := context.Background()
+			for pb.Next() {
+				if err := q.Send(ctx, goqite.Message{Body: []byte("yo")}); err != nil {
+					b.Error(err)
+					return
+				}
+				m, err := q.Receive(ctx)
+				if err != nil || m == nil {
+					b.Errorf("receive: %v, %v", m, err)
+					return
+				}
+				if err := q.Delete(ctx, m.ID); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		baseline = float64(b.N) / b.Elapsed().Seconds()
+		b.ReportMetric(baseline, "msg/s")
+	})
+
+	b.Run("queue", func(b *testing.B) {
+		db := storetest.NewWith(b, store.Options{Synchronous: store.SyncFull})
+		q := queue.New(queue.NewOpts{DB: db, Name: "bench"})
+		var handled atomic.Int64
+		all := make(chan struct{})
+		n := int64(b.N)
+		w := q.Start(context.Background(), queue.WorkerOpts{Concurrency: 64, Handler: func(ctx context.Context, m queue.Message) error {
+			if handled.Add(1) == n {
+				close(all)
+			}
+			return nil
+		}})
+		b.ResetTimer()
+		b.SetParallelism(16)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := q.Send(context.Background(), queue.Message{Body: []byte("yo")}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		select {
+		case <-all:
+		case <-time.After(time.Minute):
+			b.Fatalf("handled %d of %d", handled.Load(), n)
+		}
+		b.StopTimer()
+		if err := w.Stop(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		rate := float64(b.N) / b.Elapsed().Seconds()
+		b.ReportMetric(rate, "msg/s")
+		if baseline > 0 {
+			b.ReportMetric(rate/baseline, "x-goqite")
+		}
+	})
+
+	b.Run("topic", func(b *testing.B) {
+		db := storetest.NewWith(b, store.Options{Synchronous: store.SyncFull})
+		topic, err := queue.NewTopic(context.Background(), queue.TopicOpts{DB: db, Name: "bench", Partitions: 6})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var consumed atomic.Int64
+		all := make(chan struct{})
+		n := int64(b.N)
+		sub, err := topic.Subscribe(context.Background(), queue.SubscribeOpts{Group: "bench", Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+			if consumed.Add(1) == n {
+				close(all)
+			}
+			return nil
+		}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var seq atomic.Int64
+		b.ResetTimer()
+		b.SetParallelism(16)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				key := fmt.Sprintf("user-%d", seq.Add(1)%1000)
+				if _, err := topic.Publish(context.Background(), key, []byte(`{"Version":1}`)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		select {
+		case <-all:
+		case <-time.After(time.Minute):
+			b.Fatalf("consumed %d of %d", consumed.Load(), n)
+		}
+		b.StopTimer()
+		if err := sub.Stop(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+	})
+}
