@@ -117,7 +117,8 @@ func NewOutbound(opts OutboundOpts) *Outbound {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	botOpts := []telegram.BotOption{telegram.WithLogger(opts.Logger)}
+	// telego's own log lines stay off: its debug lines carry message texts.
+	var botOpts []telegram.BotOption
 	if opts.HTTPClient != nil {
 		botOpts = append(botOpts, telegram.WithHTTPClient(opts.HTTPClient))
 	}
