@@ -39,6 +39,8 @@ type config struct {
 	BotToBackend     string
 	BotTelegramToken string
 	BotWebhookSecret string
+	OmniToken        string
+	OmniWebhook      string
 }
 
 // option is one flag with its environment fallback, so help can list both.
@@ -54,6 +56,8 @@ var secretEnvs = []secretEnv{
 	{"BOT_TO_BACKEND_SECRET", "Bearer secret of the /bot/* contract (generated on first start when unset)"},
 	{"BOT_TELEGRAM_TOKEN", "the onboarding bot's Bot API token (unset: the built-in sandbox Bot API)"},
 	{"BOT_TELEGRAM_WEBHOOK_SECRET", "secret Telegram sends to POST /webhooks/bot (generated on first start when unset)"},
+	{"OMNI_TELEGRAM_TOKEN", "the business-inbox bot's Bot API token (unset: the built-in sandbox Bot API)"},
+	{"OMNI_WEBHOOK_SECRET", "secret Telegram sends to POST /webhooks/telegram (generated on first start when unset)"},
 }
 
 func (c *config) options(scope string) []option {
@@ -179,6 +183,8 @@ func parseConfig(scope string, args []string, getenv func(string) string, help i
 	c.BotToBackend = getenv("BOT_TO_BACKEND_SECRET")
 	c.BotTelegramToken = getenv("BOT_TELEGRAM_TOKEN")
 	c.BotWebhookSecret = getenv("BOT_TELEGRAM_WEBHOOK_SECRET")
+	c.OmniToken = getenv("OMNI_TELEGRAM_TOKEN")
+	c.OmniWebhook = getenv("OMNI_WEBHOOK_SECRET")
 	return c, nil
 }
 

@@ -55,12 +55,12 @@ func migrate(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 // secrets resolves each secret from the environment, or from the database,
 // generating it on first start. generated names the ones not from the environment.
 type secrets struct {
-	AdminToken, BotToBackend, BotWebhook string
-	adminFromEnv                         bool
+	AdminToken, BotToBackend, BotWebhook, OmniWebhook string
+	adminFromEnv                                      bool
 }
 
 func loadSecrets(ctx context.Context, db *store.DB, cfg *config) (secrets, error) {
-	s := secrets{AdminToken: cfg.AdminToken, BotToBackend: cfg.BotToBackend, BotWebhook: cfg.BotWebhookSecret, adminFromEnv: cfg.AdminToken != ""}
+	s := secrets{AdminToken: cfg.AdminToken, BotToBackend: cfg.BotToBackend, BotWebhook: cfg.BotWebhookSecret, OmniWebhook: cfg.OmniWebhook, adminFromEnv: cfg.AdminToken != ""}
 	for _, sec := range []struct {
 		key string
 		val *string
@@ -68,6 +68,7 @@ func loadSecrets(ctx context.Context, db *store.DB, cfg *config) (secrets, error
 		{"secret.admin_token", &s.AdminToken},
 		{"secret.bot_to_backend", &s.BotToBackend},
 		{"secret.bot_webhook", &s.BotWebhook},
+		{"secret.omni_webhook", &s.OmniWebhook},
 	} {
 		if *sec.val != "" {
 			continue

@@ -9,8 +9,10 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/bot"
+	"switchyard/omni"
 	"switchyard/referral"
 	"switchyard/store"
+	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
 	"switchyard/web"
 )
@@ -23,6 +25,15 @@ type app struct {
 	onShutdown []func()
 	closers    []func()
 }
+
+// workerFunc is a worker made of a function.
+type workerFunc struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+func (w workerFunc) Name() string                  { return w.name }
+func (w workerFunc) Run(ctx context.Context) error { return w.run(ctx) }
 
 func (a *app) close() {
 	for _, c := range a.closers {
@@ -38,7 +49,10 @@ type urls struct{ self, public string }
 const sandboxPath = "/sandbox/telegram"
 
 // Sandbox bot ids: the fake derives a bot's token from its id.
-const sandboxOnboardingBotID = 7000000001
+const (
+	sandboxOnboardingBotID = 7000000001
+	sandboxOmniBotID       = 7000000002
+)
 
 // wire builds the subsystems this process runs and mounts their routes.
 func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog.Logger, u urls) (*app, error) {
@@ -119,6 +133,41 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	wo.Admin = append(wo.Admin, ref.AdminRoutes)
 	if cfg.has("referral") {
 		a.workers = append(a.workers, ref)
+	}
+
+	// Chat platform: the admin surface everywhere; inbound, chat and outbound
+	// by role, each of which can be its own process on the same file.
+	omniToken, omniAPI := cfg.OmniToken, cfg.TelegramAPIURL
+	if omniToken == "" && (cfg.has("inbound") || cfg.has("outbound")) {
+		omniToken, omniAPI = fakebot.Token(sandboxOmniBotID), sandboxURL()
+	}
+	omniLog := log.With(slog.String("subsystem", "omni"))
+	wo.Admin = append(wo.Admin, omni.NewAdmin(omni.AdminOpts{DB: db, Logger: omniLog}).AdminRoutes)
+	if cfg.has("inbound") {
+		in := omni.NewInbound(omni.InboundOpts{DB: db, Token: omniToken, WebhookSecret: sec.OmniWebhook, Logger: omniLog})
+		wo.Public = append(wo.Public, in.Routes)
+		// Telegram (or the sandbox) is told where to deliver once the server
+		// is up; a refusal (no public HTTPS URL) is logged, not fatal.
+		webhookBase := u.public
+		if cfg.OmniToken == "" {
+			webhookBase = u.self
+		}
+		a.workers = append(a.workers, workerFunc{"omni-webhook", func(ctx context.Context) error {
+			tg, err := telegram.NewBot(omniToken, omniAPI)
+			if err != nil {
+				return err
+			}
+			if err := in.SetWebhook(ctx, tg, webhookBase); err != nil {
+				omniLog.Warn("telegram webhook not set; set it by hand or fix the public URL", slog.Any("err", err))
+			}
+			return nil
+		}})
+	}
+	if cfg.has("chat") {
+		a.workers = append(a.workers, omni.NewChat(omni.ChatOpts{DB: db, Logger: omniLog}))
+	}
+	if cfg.has("outbound") {
+		a.workers = append(a.workers, omni.NewOutbound(omni.OutboundOpts{DB: db, Token: omniToken, APIURL: omniAPI, Logger: omniLog}))
 	}
 
 	a.handler = web.New(wo)

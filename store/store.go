@@ -111,6 +111,8 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		"journal_mode(WAL)",
 		"foreign_keys(ON)",
 		"synchronous(" + sync + ")",
+		// Savepoint journals of grouped transactions stay in memory.
+		"temp_store(MEMORY)",
 	}
 	write, err := sql.Open("sqlite", dsn(opts.Path, "immediate", pragmas))
 	if err != nil {

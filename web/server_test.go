@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gorilla/mux"
@@ -281,4 +283,40 @@ func TestConsoleLogin(t *testing.T) {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 	})
+}
+
+func TestAccessLogHidesBotTokens(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	srv := httptest.NewServer(web.New(web.Options{
+		DB: storetest.New(t), AdminToken: adminToken,
+		Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+	}))
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/sandbox/telegram/bot123:AAsecretPART_x-y/getMe?token=" + adminToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	logged := buf.String()
+	if !strings.Contains(logged, "/bot123:<token>/getMe") || strings.Contains(logged, "AAsecretPART") || strings.Contains(logged, adminToken) {
+		t.Fatalf("access log shows a secret or lost the path:\n%s", logged)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
