@@ -711,9 +711,7 @@ func (a *Admin) Publish(ctx context.Context, topic, key string, value []byte) (P
 		return Position{}, err
 	}
 	metricSent.WithLabelValues(topic).Inc()
-	sig := topicSignal(a.db, topic)
-	sig.markPartition(pos.Partition)
-	sig.notify()
+	topicSignal(a.db, topic).published(pos.Partition, true)
 	return pos, nil
 }
 

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -51,7 +52,8 @@ func metricValue(t testing.TB, name string, labels map[string]string) float64 {
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
-	const name = "metrics.test.queue"
+	// The registry is global: a fresh name per run keeps -count=N honest.
+	name := fmt.Sprintf("metrics.test.%d", time.Now().UnixNano())
 	q := queue.New(queue.NewOpts{DB: db, Name: name, Retry: queue.RetryPolicy{MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
 	start(t, q, queue.WorkerOpts{PollInterval: 5 * time.Millisecond, Handler: func(ctx context.Context, m queue.Message) error {
 		switch string(m.Body) {

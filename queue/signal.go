@@ -66,45 +66,26 @@ func groupSignal(db *store.DB, topic, group string) *signal {
 }
 
 // signal is a broadcast wake-up: every waiter of the current generation wakes
-// when notify closes its channel.
+// when notify closes its channel. A loop that does other work between waits
+// also registers a listener, whose flags keep what it was told meanwhile:
+// it takes the channel, reads and clears its flags, works, then waits.
 type signal struct {
-	mu sync.Mutex
-	ch chan struct{}
-	// uncommitted is set by notifications made inside a caller's transaction,
-	// before it commits; a waiter that reads through the read pool must first
-	// let the writer finish that transaction.
+	mu        sync.Mutex
+	ch        chan struct{}
+	listeners map[*listener]struct{}
+}
+
+// listener is what a worker or subscriber was told since it last looked.
+type listener struct {
+	// woken is set by every notification.
+	woken atomic.Bool
+	// dirty has bit p%64 set for each partition p published to since the
+	// subscriber last looked, so it rereads only those partitions' logs.
+	dirty atomic.Uint64
+	// uncommitted is set by publishes made inside a caller's transaction,
+	// before it commits: the subscriber, which reads through the read pool,
+	// must first let the writer finish that transaction.
 	uncommitted atomic.Bool
-	// listeners are the subscribers' dirty masks: bit p%64 is set for each
-	// partition p published to since the subscriber last looked, so it reads
-	// only those partitions' logs.
-	listeners map[*atomic.Uint64]struct{}
-}
-
-// listen registers a dirty mask that markPartition fills.
-func (s *signal) listen() *atomic.Uint64 {
-	m := new(atomic.Uint64)
-	s.mu.Lock()
-	if s.listeners == nil {
-		s.listeners = map[*atomic.Uint64]struct{}{}
-	}
-	s.listeners[m] = struct{}{}
-	s.mu.Unlock()
-	return m
-}
-
-func (s *signal) unlisten(m *atomic.Uint64) {
-	s.mu.Lock()
-	delete(s.listeners, m)
-	s.mu.Unlock()
-}
-
-func (s *signal) markPartition(p int) {
-	bit := uint64(1) << (p % 64)
-	s.mu.Lock()
-	for m := range s.listeners {
-		m.Or(bit)
-	}
-	s.mu.Unlock()
 }
 
 // wait returns a channel that is closed at the next notify.
@@ -116,13 +97,45 @@ func (s *signal) wait() <-chan struct{} {
 
 func (s *signal) notify() {
 	s.mu.Lock()
+	for l := range s.listeners {
+		l.woken.Store(true)
+	}
 	close(s.ch)
 	s.ch = make(chan struct{})
 	s.mu.Unlock()
 }
 
-// notifyUncommitted wakes waiters for writes that are not committed yet.
-func (s *signal) notifyUncommitted() {
-	s.uncommitted.Store(true)
-	s.notify()
+// listen registers a listener that published fills.
+func (s *signal) listen() *listener {
+	l := new(listener)
+	s.mu.Lock()
+	if s.listeners == nil {
+		s.listeners = map[*listener]struct{}{}
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	return l
+}
+
+func (s *signal) unlisten(l *listener) {
+	s.mu.Lock()
+	delete(s.listeners, l)
+	s.mu.Unlock()
+}
+
+// published tells the listeners that partition p has a new record and wakes
+// them; committed is false inside a caller's transaction.
+func (s *signal) published(p int, committed bool) {
+	bit := uint64(1) << (p % 64)
+	s.mu.Lock()
+	for l := range s.listeners {
+		if !committed {
+			l.uncommitted.Store(true)
+		}
+		l.dirty.Or(bit)
+		l.woken.Store(true)
+	}
+	close(s.ch)
+	s.ch = make(chan struct{})
+	s.mu.Unlock()
 }

@@ -267,9 +267,11 @@ func (s *Subscription) loop() {
 	ctx := context.WithoutCancel(s.hctx)
 	stopping := s.stopping
 	topicSig := s.t.sig
-	dirty := topicSig.listen()
-	defer topicSig.unlisten(dirty)
+	pub := topicSig.listen()
+	defer topicSig.unlisten(pub)
 	groupSig := groupSignal(s.db, s.t.name, s.group)
+	redrives := groupSig.listen()
+	defer groupSig.unlisten(redrives)
 	renew := time.NewTicker(max(s.opts.LeaseTTL/3, time.Millisecond))
 	defer renew.Stop()
 	timer := time.NewTimer(0)
@@ -282,7 +284,24 @@ func (s *Subscription) loop() {
 		if stopping == nil && s.inflight == 0 {
 			break
 		}
+		// Take the wake-up channels before looking at what they announce, so
+		// that a publish after the look closes the channel taken.
 		topicWake, groupWake := topicSig.wait(), groupSig.wait()
+		if marked := pub.dirty.Swap(0); marked != 0 {
+			if pub.uncommitted.Swap(false) {
+				// A PublishTx announced a record before its transaction
+				// committed: let the writer finish it, so the read pool sees it.
+				_ = s.db.Tx(ctx, func(*sql.Tx) error { return nil })
+			}
+			for _, p := range s.parts {
+				if marked&(1<<(p.id%64)) != 0 {
+					p.caughtUp = false
+				}
+			}
+		}
+		if redrives.woken.Swap(false) {
+			s.loadRedriven(ctx)
+		}
 		if stopping != nil {
 			for _, p := range s.parts {
 				// Reload only with nothing in flight, so the records read
@@ -298,20 +317,8 @@ func (s *Subscription) loop() {
 		select {
 		case r := <-s.results:
 			s.apply(r)
-		case <-topicWake:
-			if topicSig.uncommitted.Swap(false) {
-				// A PublishTx woke us before its transaction committed: let the
-				// writer finish it, so the read pool sees the record.
-				_ = s.db.Tx(ctx, func(*sql.Tx) error { return nil })
-			}
-			marked := dirty.Swap(0)
-			for _, p := range s.parts {
-				if marked&(1<<(p.id%64)) != 0 {
-					p.caughtUp = false
-				}
-			}
-		case <-groupWake:
-			s.loadRedriven(ctx)
+		case <-topicWake: // the top of the loop reads what was published
+		case <-groupWake: // the top of the loop reads the redriven records
 		case <-timer.C:
 			if time.Since(lastPoll) >= s.opts.PollInterval {
 				lastPoll = time.Now()

@@ -147,8 +147,7 @@ func (t *Topic) Publish(ctx context.Context, key string, value []byte) (Position
 		return Position{}, err
 	}
 	metricSent.WithLabelValues(t.name).Inc()
-	t.sig.markPartition(pos.Partition)
-	t.sig.notify()
+	t.sig.published(pos.Partition, true)
 	return pos, nil
 }
 
@@ -160,8 +159,7 @@ func (t *Topic) PublishTx(ctx context.Context, tx *sql.Tx, key string, value []b
 		return Position{}, err
 	}
 	metricSent.WithLabelValues(t.name).Inc()
-	t.sig.markPartition(pos.Partition)
-	t.sig.notifyUncommitted()
+	t.sig.published(pos.Partition, false)
 	return pos, nil
 }
 
@@ -206,11 +204,18 @@ type ReadFilter struct {
 	Limit int
 }
 
-const readLogQuery = `
-	select partition_id, log_offset, key, value, published_at from queue_topic_log
-	where topic = ? and (? or partition_id = ?) and log_offset >= ?
-	order by partition_id, log_offset
-	limit ?`
+const (
+	readLogQuery = `
+		select partition_id, log_offset, key, value, published_at from queue_topic_log
+		where topic = ? and log_offset >= ?
+		order by partition_id, log_offset
+		limit ?`
+	readPartitionQuery = `
+		select partition_id, log_offset, key, value, published_at from queue_topic_log
+		where topic = ? and partition_id = ? and log_offset >= ?
+		order by log_offset
+		limit ?`
+)
 
 // Read returns retained records in partition and offset order, without
 // touching any group's offsets.
@@ -223,11 +228,15 @@ func readLog(ctx context.Context, db *store.DB, topic string, f ReadFilter) ([]R
 		f.Limit = 100
 	}
 	f.Limit = min(f.Limit, 1000)
-	all, part := true, 0
+	var (
+		rows *sql.Rows
+		err  error
+	)
 	if f.Partition != nil {
-		all, part = false, *f.Partition
+		rows, err = readQuery(ctx, db, readPartitionQuery, topic, *f.Partition, f.FromOffset, f.Limit)
+	} else {
+		rows, err = readQuery(ctx, db, readLogQuery, topic, f.FromOffset, f.Limit)
 	}
-	rows, err := readQuery(ctx, db, readLogQuery, topic, all, part, f.FromOffset, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("queue: read %s: %w", topic, err)
 	}

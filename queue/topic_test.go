@@ -647,7 +647,8 @@ func TestPublish(t *testing.T) {
 func TestLagGauge(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
-	topic := newTopic(t, db, "lag.gauge.topic", 1)
+	name := fmt.Sprintf("lag.gauge.%d", time.Now().UnixNano()) // the registry is global
+	topic := newTopic(t, db, name, 1)
 	var release atomic.Bool
 	subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
 		if !release.Load() {
@@ -661,10 +662,10 @@ func TestLagGauge(t *testing.T) {
 		}
 	}
 	eventually(t, 5*time.Second, "lag gauge at 5", func() bool {
-		return metricValue(t, "switchyard_queue_topic_lag_messages", map[string]string{"topic": "lag.gauge.topic", "group": "g", "partition": "0"}) == 5
+		return metricValue(t, "switchyard_queue_topic_lag_messages", map[string]string{"topic": name, "group": "g", "partition": "0"}) == 5
 	})
 	release.Store(true)
 	eventually(t, 5*time.Second, "lag gauge back to 0", func() bool {
-		return metricValue(t, "switchyard_queue_topic_lag_messages", map[string]string{"topic": "lag.gauge.topic", "group": "g", "partition": "0"}) == 0
+		return metricValue(t, "switchyard_queue_topic_lag_messages", map[string]string{"topic": name, "group": "g", "partition": "0"}) == 0
 	})
 }

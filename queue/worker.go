@@ -68,7 +68,9 @@ type result struct {
 }
 
 // Start starts a worker on q. ctx carries values to the handlers; cancelling
-// it is a hard stop, like Stop's deadline passing. Panics without a handler.
+// it is a hard stop, like Stop's deadline passing. Call it at wiring time, not
+// inside a transaction (it prepares statements on the writer). Panics
+// without a handler.
 func (q *Queue) Start(ctx context.Context, opts WorkerOpts) *Worker {
 	if opts.Handler == nil {
 		panic("queue: nil handler")
@@ -162,6 +164,8 @@ func (w *Worker) loop() {
 	defer sweep.Stop()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	told := q.sig.listen()
+	defer q.sig.unlisten(told)
 	w.sweepExhausted()
 
 	for {
@@ -169,6 +173,9 @@ func (w *Worker) loop() {
 			return
 		}
 		wake := q.sig.wait()
+		if told.woken.Swap(false) {
+			empty = false // a send since the last receive
+		}
 		if stopping != nil && free > 0 && !empty {
 			msgs, err := w.receive(min(free, maxReceiveBatch))
 			if err != nil {
@@ -363,13 +370,12 @@ func (w *Worker) commit(batch []result) {
 		for i, r := range batch {
 			outcomes[i] = outcomeStale
 			if r.err == nil {
-				ok, err := finishMessage(sw, q.name, r.m.ID, r.m.Attempt, r.m.OrderKey, now)
-				if err != nil {
+				// The row may be gone already: the handler acknowledged it with
+				// AckTx (or an operator purged it). Either way it succeeded.
+				if _, err := finishMessage(sw, q.name, r.m.ID, r.m.Attempt, r.m.OrderKey, now); err != nil {
 					return err
 				}
-				if ok {
-					outcomes[i] = outcomeDone
-				}
+				outcomes[i] = outcomeDone
 				continue
 			}
 			d := q.retry.decide(r.m.Attempt, r.err)
@@ -433,8 +439,8 @@ func (w *Worker) commit(batch []result) {
 				slog.Int("attempt", r.m.Attempt), slog.String("outcome", "dead"), slog.String("err", errorText(r.err)))
 			wake = wake || r.m.OrderKey != ""
 		case outcomeStale:
-			q.log.Warn("queue result dropped: the message was delivered again or removed",
-				slog.String("message_id", string(r.m.ID)), slog.Int("attempt", r.m.Attempt))
+			q.log.Warn("queue failure not recorded: the message was delivered again or removed",
+				slog.String("message_id", string(r.m.ID)), slog.Int("attempt", r.m.Attempt), slog.String("err", errorText(r.err)))
 		}
 	}
 	if wake {
