@@ -164,6 +164,17 @@ func TestServe(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Request.URL.Path != "/admin" {
 		t.Fatalf("the one-click login link led to %d %s", resp.StatusCode, resp.Request.URL)
 	}
+	resp, err = (&http.Client{Jar: jar}).Get(first.base + "/admin/queues")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, q := range []string{"receiver.flow", "sender.flow"} {
+		if !strings.Contains(string(page), `data-testid="queue-`+q+`"`) {
+			t.Fatalf("the Queues page does not list %s:\n%s", q, page)
+		}
+	}
 	first.stop(t)
 
 	second := start(t, db)

@@ -10,6 +10,7 @@ import (
 
 	"switchyard/bot"
 	"switchyard/omni"
+	"switchyard/queue"
 	"switchyard/referral"
 	"switchyard/store"
 	"switchyard/telegram"
@@ -65,6 +66,16 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 		Version:    version(),
 		Roles:      cfg.Roles,
 	}
+
+	// Queues and topics: the operator API, the console's Queues page, and
+	// the janitor that applies retention.
+	qa := queue.NewAdmin(queue.AdminOpts{DB: db, Logger: log.With(slog.String("subsystem", "queue"))})
+	wo.Admin = append(wo.Admin, qa.AdminRoutes)
+	wo.Queues = queueRows(qa)
+	a.workers = append(a.workers, workerFunc{"queue-janitor", func(ctx context.Context) error {
+		qa.RunJanitor(ctx)
+		return nil
+	}})
 
 	// The sandbox: a fake Telegram Bot API inside the process, for every bot
 	// that has no real token, so `go run .` works end to end offline.
@@ -172,4 +183,22 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 
 	a.handler = web.New(wo)
 	return a, nil
+}
+
+// queueRows adapts the queue statistics to the console's view model.
+func queueRows(qa *queue.Admin) web.QueueListerFunc {
+	return func(ctx context.Context) ([]web.QueueRow, error) {
+		st, err := qa.Stats(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rows := make([]web.QueueRow, 0, len(st.Queues))
+		for _, q := range st.Queues {
+			rows = append(rows, web.QueueRow{
+				Name: q.Name, Ready: q.Ready, InFlight: q.InFlight, Delayed: q.Delayed,
+				Held: q.Held, Dead: q.Dead, OldestAge: q.OldestAge,
+			})
+		}
+		return rows, nil
+	}
 }
