@@ -267,8 +267,15 @@ func personOf(u *tgUser) *Person {
 	return &Person{ID: itoa(u.ID), IsBot: u.IsBot, FirstName: u.FirstName, LastName: u.LastName, Username: u.Username}
 }
 
+// maxUnixDate is 9999-12-31T23:59:59Z, the last second RFC 3339 (and so
+// the envelope's JSON) can write.
+const maxUnixDate = 253402300799
+
+// unixOr is Telegram's unix date sec, or def when sec is absent or is no
+// date an envelope can carry (a later year than 9999 cannot be encoded, and
+// the webhook would answer 503 to that update for ever).
 func unixOr(sec int64, def time.Time) time.Time {
-	if sec <= 0 {
+	if sec <= 0 || sec > maxUnixDate {
 		return def
 	}
 	return time.Unix(sec, 0).UTC()
