@@ -143,7 +143,11 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		path:    opts.Path,
 		log:     opts.Logger,
 	}
-	db.batcher = newBatcher(write, opts.MaxBatch)
+	if db.batcher, err = newBatcher(write, opts.MaxBatch); err != nil {
+		write.Close()
+		read.Close()
+		return nil, err
+	}
 	return db, nil
 }
 

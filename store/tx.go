@@ -45,6 +45,8 @@ type txRequest struct {
 type batcher struct {
 	db       *sql.DB
 	maxBatch int
+	// Savepoint statements are prepared once: a batch runs three per caller.
+	savepoint, rollbackTo, release *sql.Stmt
 
 	mu      sync.Mutex
 	closed  bool
@@ -52,15 +54,25 @@ type batcher struct {
 	stopped chan struct{}
 }
 
-func newBatcher(db *sql.DB, maxBatch int) *batcher {
+func newBatcher(db *sql.DB, maxBatch int) (*batcher, error) {
 	b := &batcher{
 		db:       db,
 		maxBatch: maxBatch,
 		pending:  make(chan *txRequest, 4*maxBatch),
 		stopped:  make(chan struct{}),
 	}
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		sql  string
+	}{{&b.savepoint, "savepoint sw"}, {&b.rollbackTo, "rollback to sw"}, {&b.release, "release sw"}} {
+		st, err := db.Prepare(p.sql)
+		if err != nil {
+			return nil, fmt.Errorf("store: prepare %q: %w", p.sql, err)
+		}
+		*p.stmt = st
+	}
 	go b.run()
-	return b
+	return b, nil
 }
 
 func (b *batcher) submit(req *txRequest) error {
@@ -81,6 +93,9 @@ func (b *batcher) close() {
 	}
 	b.mu.Unlock()
 	<-b.stopped
+	for _, st := range []*sql.Stmt{b.savepoint, b.rollbackTo, b.release} {
+		_ = st.Close()
+	}
 }
 
 func (b *batcher) run() {
@@ -134,13 +149,13 @@ func (b *batcher) commit(batch []*txRequest) {
 			results[i] = run(req, tx)
 			continue
 		}
-		if _, err := tx.Exec("savepoint sw"); err != nil {
+		if _, err := tx.Stmt(b.savepoint).Exec(); err != nil {
 			_ = tx.Rollback()
 			fail(batch, results, fmt.Errorf("store: savepoint: %w", err))
 			return
 		}
 		if results[i] = run(req, tx); results[i] != nil {
-			if _, err := tx.Exec("rollback to sw"); err != nil {
+			if _, err := tx.Stmt(b.rollbackTo).Exec(); err != nil {
 				// SQLite rolled the whole transaction back (disk full, I/O error):
 				// nothing of this batch is kept.
 				_ = tx.Rollback()
@@ -148,7 +163,7 @@ func (b *batcher) commit(batch []*txRequest) {
 				return
 			}
 		}
-		if _, err := tx.Exec("release sw"); err != nil {
+		if _, err := tx.Stmt(b.release).Exec(); err != nil {
 			_ = tx.Rollback()
 			fail(batch, results, fmt.Errorf("store: release savepoint: %w", err))
 			return
