@@ -119,7 +119,8 @@ type tgCallbackQuery struct {
 // envelope v1. It is pure: botID is the receiving bot's id and receivedAt the
 // time the webhook accepted the body. Every update with an integer update_id
 // gives an envelope — an update type the chat role does not use becomes
-// eventType "unknown" — and anything else is ErrBadUpdate.
+// eventType "unknown" — and anything else, or an update lacking what
+// Telegram always sends (a business update's connection id), is ErrBadUpdate.
 func NormalizeTelegram(body []byte, botID int64, receivedAt time.Time) (*Envelope, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 || body[0] != '{' {
@@ -210,7 +211,42 @@ func NormalizeTelegram(body []byte, botID int64, receivedAt time.Time) (*Envelop
 	default:
 		n.UpdateType = updateType(body)
 	}
+	if err := checkContract(env); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadUpdate, err)
+	}
 	return env, nil
+}
+
+// maxIDLength is the longest provider id the envelope's schema allows.
+const maxIDLength = 256
+
+// checkContract refuses an update whose envelope would break the published
+// v1 schema — a business update without its connection id, an empty or
+// oversized string id — which Telegram never sends and the chat role could
+// only dead-letter; refusing it at the webhook makes it a 400 that changes
+// nothing.
+func checkContract(env *Envelope) error {
+	if err := validFor(env); err != nil {
+		return err
+	}
+	n := &env.PayloadNormalized
+	type id struct{ field, value string }
+	var ids []id
+	if n.BusinessConnectionID != "" {
+		ids = append(ids, id{"business_connection_id", n.BusinessConnectionID})
+	}
+	if n.Connection != nil {
+		ids = append(ids, id{"business_connection.id", n.Connection.ID})
+	}
+	if n.Callback != nil {
+		ids = append(ids, id{"callback_query.id", n.Callback.ID})
+	}
+	for _, i := range ids {
+		if i.value == "" || len(i.value) > maxIDLength {
+			return fmt.Errorf("%s must have 1 to %d characters", i.field, maxIDLength)
+		}
+	}
+	return nil
 }
 
 func normalizeMessage(env *Envelope, m *tgMessage, t EventType, business bool) {
