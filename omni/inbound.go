@@ -121,6 +121,11 @@ func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 		return httpjson.BadRequest("%v", err)
 	}
 	res, err := in.enqueue(r.Context(), env)
+	if err != nil && r.Context().Err() != nil {
+		// Telegram hung up before the answer: nothing to log; it delivers again.
+		metricWebhookUpdates.WithLabelValues("client_gone").Inc()
+		return r.Context().Err()
+	}
 	if err != nil {
 		metricWebhookUpdates.WithLabelValues("unavailable").Inc()
 		in.log.Error("webhook update not stored; Telegram will deliver it again",

@@ -1,0 +1,426 @@
+// Package loadtest drives a running Switchyard through its public paths only
+// — Telegram webhooks, outbox emits drained by a client of the /bot/* contract,
+// and topic publishes — and measures what it sees: per path the throughput,
+// p50/p95/p99 latency and errors, and for consumers the delay from an accepted
+// request to its effect being visible (accepted → handled).
+//
+// It is the engine of `switchyard loadtest` and of the crash suite, which
+// uses OnAccepted to remember every request the server acknowledged.
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Path is one public path the load goes through.
+type Path string
+
+// The paths.
+const (
+	PathWebhook Path = "webhook" // POST /webhooks/telegram, business messages
+	PathOutbox  Path = "outbox"  // POST /admin/api/bot/events, drained via /bot/events/pending + ack
+	PathTopic   Path = "topic"   // POST /admin/api/topics/pin.identity.users.v1/messages
+)
+
+// AllPaths is every path, in report order.
+var AllPaths = []Path{PathWebhook, PathOutbox, PathTopic}
+
+// ParsePaths reads a comma-separated list such as "webhook,topic" or "all".
+func ParsePaths(s string) ([]Path, error) {
+	if s == "" || s == "all" {
+		return slices.Clone(AllPaths), nil
+	}
+	var out []Path
+	for _, p := range strings.Split(s, ",") {
+		p := Path(strings.TrimSpace(p))
+		if !slices.Contains(AllPaths, p) {
+			return nil, fmt.Errorf("unknown path %q (known: webhook, outbox, topic, all)", p)
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// Item is one request the server acknowledged.
+type Item struct {
+	Path Path
+	// Key identifies what was accepted: the webhook's update_id, the emitted
+	// event's id, or the published messageId.
+	Key string
+	// Subject is the entity the request concerns: the customer's chat id, the
+	// event's Telegram id, or the identity event's UserId.
+	Subject string
+	// Seq orders the items of one subject as they were acknowledged.
+	Seq int64
+}
+
+// Opts configure Run.
+type Opts struct {
+	// BaseURL of the running instance, e.g. http://127.0.0.1:8080.
+	BaseURL string
+	// AdminToken authorises the admin API (emits, publishes, probes).
+	AdminToken string
+	// BotSecret is BOT_TO_BACKEND_SECRET, for the outbox consumer client.
+	BotSecret string
+	// WebhookSecret is OMNI_WEBHOOK_SECRET, sent as Telegram sends it.
+	WebhookSecret string
+
+	// Paths to load; all when empty.
+	Paths []Path
+	// Rate is requests per second per path; 0 is flat out.
+	Rate float64
+	// Duration bounds the run; Count bounds requests per path. Whichever
+	// comes first ends it; with neither, the run lasts 10 s.
+	Duration time.Duration
+	Count    int
+	// Concurrency is the number of connections per path (default 64 for
+	// webhooks, 16 otherwise).
+	Concurrency int
+	// Consume runs a consumer of the outbox contract that drains what the
+	// outbox path emits and measures emit → acknowledged. Run the instance
+	// without the bot role, or the two consumers share the events.
+	Consume bool
+	// Customers is how many Telegram customers write to the business inbox
+	// (default 50); Users how many identity users are upserted (default:
+	// a new one per request).
+	Customers int
+	// Drain is how long to wait after the load for consumers to catch up
+	// (default 30 s).
+	Drain time.Duration
+	// RunID makes this run's ids unique (default: the start time).
+	RunID int64
+
+	// Progress gets a line a second while the run lasts; nil is silent.
+	Progress io.Writer
+	// OnAccepted is called for every acknowledged request (any goroutine).
+	OnAccepted func(Item)
+	// Client sends the requests (default: one with keep-alive for all connections).
+	Client *http.Client
+}
+
+// Report is what a run measured.
+type Report struct {
+	Elapsed time.Duration
+	Paths   []PathReport
+}
+
+// PathReport is one path's figures.
+type PathReport struct {
+	Path      Path
+	Sent      int64
+	Accepted  int64
+	Errors    map[string]int64 // by status code or "network"
+	PerSecond float64
+	P50, P95  time.Duration
+	P99, Max  time.Duration
+	// EndToEnd is accepted → handled, measured on every item (outbox) or on
+	// probes sent during the run (webhook, topic).
+	EndToEnd Latency
+}
+
+// Latency summarises a set of delays.
+type Latency struct {
+	Count         int
+	P50, P95, P99 time.Duration
+	Max           time.Duration
+}
+
+func summarize(ds []time.Duration) Latency {
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+	return Latency{Count: len(ds), P50: at(.50), P95: at(.95), P99: at(.99), Max: ds[len(ds)-1]}
+}
+
+// recorder collects one path's results.
+type recorder struct {
+	path     Path
+	sent     atomic.Int64
+	accepted atomic.Int64
+	mu       sync.Mutex
+	errors   map[string]int64
+	lat      []time.Duration
+	e2e      []time.Duration
+}
+
+func newRecorder(p Path) *recorder { return &recorder{path: p, errors: map[string]int64{}} }
+
+func (r *recorder) ok(d time.Duration) {
+	r.accepted.Add(1)
+	r.mu.Lock()
+	r.lat = append(r.lat, d)
+	r.mu.Unlock()
+}
+
+func (r *recorder) fail(kind string) {
+	r.mu.Lock()
+	r.errors[kind]++
+	r.mu.Unlock()
+}
+
+func (r *recorder) handled(d time.Duration) {
+	r.mu.Lock()
+	r.e2e = append(r.e2e, d)
+	r.mu.Unlock()
+}
+
+func (r *recorder) report(elapsed time.Duration) PathReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := summarize(slices.Clone(r.lat))
+	errs := map[string]int64{}
+	for k, v := range r.errors {
+		errs[k] = v
+	}
+	return PathReport{
+		Path: r.path, Sent: r.sent.Load(), Accepted: r.accepted.Load(), Errors: errs,
+		PerSecond: float64(r.accepted.Load()) / elapsed.Seconds(),
+		P50:       l.P50, P95: l.P95, P99: l.P99, Max: l.Max,
+		EndToEnd: summarize(slices.Clone(r.e2e)),
+	}
+}
+
+// generator makes and sends one path's requests.
+type generator interface {
+	// prepare sets up what the load needs (a referral link, say).
+	prepare(ctx context.Context) error
+	// send makes request n and sends it; it returns the item on a 2xx.
+	send(ctx context.Context, n int64) (Item, error)
+	// background runs alongside the load (consumers, probes) until ctx ends.
+	background(ctx context.Context, rec *recorder)
+	// drained reports whether everything accepted was handled.
+	drained(ctx context.Context) bool
+}
+
+// statusError is a non-2xx answer.
+type statusError struct{ code int }
+
+func (e statusError) Error() string { return fmt.Sprintf("HTTP %d", e.code) }
+
+func errorKind(err error) string {
+	var se statusError
+	if errors.As(err, &se) {
+		return fmt.Sprint(se.code)
+	}
+	return "network"
+}
+
+// Run drives the load and returns the report. It returns early, with what
+// it measured, when ctx is cancelled.
+func Run(ctx context.Context, opts Opts) (Report, error) {
+	if opts.BaseURL == "" || opts.AdminToken == "" {
+		return Report{}, errors.New("loadtest: BaseURL and AdminToken are required")
+	}
+	opts.BaseURL = strings.TrimRight(opts.BaseURL, "/")
+	if len(opts.Paths) == 0 {
+		opts.Paths = slices.Clone(AllPaths)
+	}
+	if opts.Duration <= 0 && opts.Count <= 0 {
+		opts.Duration = 10 * time.Second
+	}
+	if opts.Customers <= 0 {
+		opts.Customers = 50
+	}
+	if opts.Drain <= 0 {
+		opts.Drain = 30 * time.Second
+	}
+	if opts.RunID == 0 {
+		opts.RunID = time.Now().Unix()
+	}
+	if opts.Client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 256
+		tr.MaxConnsPerHost = 0
+		opts.Client = &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	}
+	if slices.Contains(opts.Paths, PathWebhook) && opts.WebhookSecret == "" {
+		return Report{}, errors.New("loadtest: the webhook path needs the webhook secret (OMNI_WEBHOOK_SECRET)")
+	}
+	if slices.Contains(opts.Paths, PathOutbox) && opts.Consume && opts.BotSecret == "" {
+		return Report{}, errors.New("loadtest: the outbox consumer needs BOT_TO_BACKEND_SECRET")
+	}
+
+	api := &client{base: opts.BaseURL, admin: opts.AdminToken, http: opts.Client}
+	gens := map[Path]generator{}
+	recs := map[Path]*recorder{}
+	for _, p := range opts.Paths {
+		recs[p] = newRecorder(p)
+		switch p {
+		case PathWebhook:
+			gens[p] = newWebhookGen(api, opts)
+		case PathOutbox:
+			gens[p] = newOutboxGen(api, opts)
+		case PathTopic:
+			gens[p] = newTopicGen(api, opts)
+		}
+	}
+
+	for _, p := range opts.Paths {
+		if err := gens[p].prepare(ctx); err != nil {
+			return Report{}, fmt.Errorf("loadtest: prepare %s: %w", p, err)
+		}
+	}
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	if opts.Duration > 0 {
+		loadCtx, stopLoad = context.WithTimeout(ctx, opts.Duration)
+	}
+	defer stopLoad()
+	bgCtx, stopBG := context.WithCancel(ctx)
+	defer stopBG()
+
+	start := time.Now()
+	var bg, load sync.WaitGroup
+	for _, p := range opts.Paths {
+		bg.Go(func() { gens[p].background(bgCtx, recs[p]) })
+		load.Go(func() { drive(loadCtx, opts, gens[p], recs[p]) })
+	}
+	progressDone := make(chan struct{})
+	go progress(loadCtx, opts, recs, start, progressDone)
+
+	load.Wait()
+	stopLoad()
+	<-progressDone
+	elapsed := time.Since(start)
+
+	// Let the consumers catch up, so end-to-end figures include the tail.
+	deadline, cancelDrain := context.WithTimeout(ctx, opts.Drain)
+	for _, p := range opts.Paths {
+		for !gens[p].drained(deadline) && deadline.Err() == nil {
+			select {
+			case <-deadline.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	cancelDrain()
+	stopBG()
+	bg.Wait()
+
+	rep := Report{Elapsed: elapsed}
+	for _, p := range opts.Paths {
+		rep.Paths = append(rep.Paths, recs[p].report(elapsed))
+	}
+	return rep, ctx.Err()
+}
+
+// drive sends one path's requests from opts.Concurrency workers, paced by
+// opts.Rate when set, until ctx ends or opts.Count requests were made.
+func drive(ctx context.Context, opts Opts, g generator, rec *recorder) {
+	conc := opts.Concurrency
+	if conc <= 0 {
+		conc = 16
+		if rec.path == PathWebhook {
+			conc = 64
+		}
+	}
+	var lim *rate.Limiter
+	if opts.Rate > 0 {
+		lim = rate.NewLimiter(rate.Limit(opts.Rate), 1)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				n := next.Add(1)
+				if opts.Count > 0 && n > int64(opts.Count) {
+					return
+				}
+				if lim != nil && lim.Wait(ctx) != nil {
+					return
+				}
+				rec.sent.Add(1)
+				t0 := time.Now()
+				item, err := g.send(ctx, n)
+				if err != nil {
+					if ctx.Err() != nil {
+						return // the run ended mid-request: not the server's fault
+					}
+					rec.fail(errorKind(err))
+					continue
+				}
+				rec.ok(time.Since(t0))
+				if opts.OnAccepted != nil {
+					opts.OnAccepted(item)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func progress(ctx context.Context, opts Opts, recs map[Path]*recorder, start time.Time, done chan<- struct{}) {
+	defer close(done)
+	if opts.Progress == nil {
+		return
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			var b strings.Builder
+			fmt.Fprintf(&b, "%5.0fs", time.Since(start).Seconds())
+			for _, p := range opts.Paths {
+				r := recs[p]
+				r.mu.Lock()
+				nerr := int64(0)
+				for _, v := range r.errors {
+					nerr += v
+				}
+				r.mu.Unlock()
+				fmt.Fprintf(&b, "  %s %d ok %d err", p, r.accepted.Load(), nerr)
+			}
+			fmt.Fprintln(opts.Progress, b.String())
+		}
+	}
+}
+
+// Print writes the report as a table.
+func (r Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "\nload ran %.1fs\n", r.Elapsed.Seconds())
+	fmt.Fprintf(w, "%-8s %9s %9s %9s %8s %8s %8s %8s  %s\n", "path", "sent", "accepted", "per sec", "p50", "p95", "p99", "max", "errors")
+	for _, p := range r.Paths {
+		errs := "none"
+		if len(p.Errors) > 0 {
+			var parts []string
+			for k, v := range p.Errors {
+				parts = append(parts, fmt.Sprintf("%s×%d", k, v))
+			}
+			sort.Strings(parts)
+			errs = strings.Join(parts, " ")
+		}
+		fmt.Fprintf(w, "%-8s %9d %9d %9.0f %8s %8s %8s %8s  %s\n", p.Path, p.Sent, p.Accepted, p.PerSecond,
+			ms(p.P50), ms(p.P95), ms(p.P99), ms(p.Max), errs)
+	}
+	fmt.Fprintln(w, "\naccepted → handled")
+	for _, p := range r.Paths {
+		e := p.EndToEnd
+		if e.Count == 0 {
+			fmt.Fprintf(w, "%-8s no measurement\n", p.Path)
+			continue
+		}
+		fmt.Fprintf(w, "%-8s %6d measured  p50 %s  p95 %s  p99 %s  max %s\n", p.Path, e.Count, ms(e.P50), ms(e.P95), ms(e.P99), ms(e.Max))
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }

@@ -1,0 +1,97 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"switchyard/bot"
+)
+
+// outboxGen emits events through the admin API (standing in for backend
+// actions) and, with Consume, drains them as the bot would: GET
+// /bot/events/pending with a long poll, then POST /bot/events/ack.
+type outboxGen struct {
+	api     *client
+	runID   int64
+	consume bool
+	backend *bot.BackendClient
+
+	mu      sync.Mutex
+	emitted map[bot.EventID]time.Time // accepted, not yet acknowledged by the consumer
+}
+
+// OutboxTelegramID is the Telegram id of load-test user i.
+func OutboxTelegramID(i int64) string { return strconv.FormatInt(7_100_000_000+i, 10) }
+
+func newOutboxGen(api *client, opts Opts) *outboxGen {
+	return &outboxGen{
+		api: api, runID: opts.RunID, consume: opts.Consume,
+		backend: bot.NewBackendClient(opts.BaseURL, opts.BotSecret, opts.Client),
+		emitted: map[bot.EventID]time.Time{},
+	}
+}
+
+func (g *outboxGen) prepare(context.Context) error { return nil }
+
+func (g *outboxGen) send(ctx context.Context, n int64) (Item, error) {
+	tg := OutboxTelegramID(n % 1000)
+	payload, _ := json.Marshal(map[string]int64{"loadtestRun": g.runID, "n": n})
+	var out bot.EmitResponse
+	err := g.api.adminDo(ctx, http.MethodPost, "/admin/api/bot/events", bot.EmitRequest{
+		EventType: bot.EventReactivation, TelegramID: bot.TelegramID(tg), Payload: payload,
+	}, &out)
+	if err != nil {
+		return Item{}, err
+	}
+	if g.consume {
+		g.mu.Lock()
+		g.emitted[out.ID] = time.Now()
+		g.mu.Unlock()
+	}
+	id := strconv.FormatInt(int64(out.ID), 10)
+	return Item{Path: PathOutbox, Key: id, Subject: tg, Seq: int64(out.ID)}, nil
+}
+
+// background is the consumer: it acknowledges every pending event and
+// times emit → acknowledged for the ones this run emitted.
+func (g *outboxGen) background(ctx context.Context, rec *recorder) {
+	if !g.consume {
+		return
+	}
+	for ctx.Err() == nil {
+		events, err := g.backend.Pending(ctx, bot.BOT_OUTBOX_MAX_PENDING_LIMIT, 2*time.Second)
+		if err != nil {
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		if len(events) == 0 {
+			continue
+		}
+		ids := make([]bot.EventID, 0, len(events))
+		for _, e := range events {
+			ids = append(ids, e.ID)
+		}
+		if _, err := g.backend.Ack(ctx, bot.AckRequest{ProcessedIDs: ids, RetryIDs: []bot.EventID{}}); err != nil {
+			continue
+		}
+		now := time.Now()
+		g.mu.Lock()
+		for _, id := range ids {
+			if at, ok := g.emitted[id]; ok {
+				rec.handled(now.Sub(at))
+				delete(g.emitted, id)
+			}
+		}
+		g.mu.Unlock()
+	}
+}
+
+func (g *outboxGen) drained(context.Context) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.emitted) == 0
+}
