@@ -1,6 +1,7 @@
 package bot
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"database/sql"
@@ -156,6 +157,9 @@ func (o *Onboarding) handleWebhook(w http.ResponseWriter, r *http.Request) error
 	var u telego.Update
 	if err := json.Unmarshal(body, &probe); err != nil || probe.UpdateID == nil {
 		return httpjson.BadRequest("the body is not a Telegram update")
+	}
+	if !botAPIKeys(body) {
+		return httpjson.BadRequest("the body is not a Telegram update: a key is not lower-case snake_case")
 	}
 	if err := json.Unmarshal(body, &u); err != nil {
 		return httpjson.BadRequest("the body is not a Telegram update: %v", err)
@@ -497,6 +501,50 @@ func (o *Onboarding) failUpdate(ctx context.Context, su storedUpdate, cause stri
 	metricUpdates.WithLabelValues(su.Kind, outcome).Inc()
 	o.log.Warn("telegram update failed", slog.Int("update_id", su.ID), slog.String("outcome", outcome),
 		slog.Int("attempts", attempts), slog.Any("err", failure), slog.Any("record_err", err))
+}
+
+// botAPIKeys reports whether every object key in body (valid JSON) is
+// lower-case snake_case, as every field of the Bot API is. telego's decoder
+// (go-json) matches keys case-insensitively where its own probes do not: a
+// "Message" in a callback_query leaves an interface holding a corrupt value,
+// and the first method call on it crashes the process. Such a body is no
+// Telegram update, so the webhook refuses it before anything decodes it.
+func botAPIKeys(body []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	// objects[i] tells whether the i-th open container is an object, and
+	// wantKey whether the innermost object expects a key next.
+	var objects []bool
+	wantKey := false
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		inObject := len(objects) > 0 && objects[len(objects)-1]
+		if key, ok := tok.(string); ok && inObject && wantKey {
+			for i := 0; i < len(key); i++ {
+				if c := key[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+					return false
+				}
+			}
+			wantKey = false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			objects, wantKey = append(objects, true), true
+		case json.Delim('['):
+			objects = append(objects, false)
+		case json.Delim('}'), json.Delim(']'):
+			objects = objects[:len(objects)-1]
+			wantKey = len(objects) > 0 && objects[len(objects)-1]
+		default:
+			wantKey = inObject
+		}
+	}
 }
 
 // validWebhookSecret reports whether s is a secret Telegram accepts for
