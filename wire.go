@@ -71,7 +71,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	// the janitor that applies retention.
 	qa := queue.NewAdmin(queue.AdminOpts{DB: db, Logger: log.With(slog.String("subsystem", "queue"))})
 	wo.Admin = append(wo.Admin, qa.AdminRoutes)
-	wo.Queues = queueRows(qa)
+	wo.Queues = qa
 	a.workers = append(a.workers, workerFunc{"queue-janitor", func(ctx context.Context) error {
 		qa.RunJanitor(ctx)
 		return nil
@@ -79,7 +79,10 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 
 	// The sandbox: a fake Telegram Bot API inside the process, for every bot
 	// that has no real token, so `go run .` works end to end offline.
-	var sandbox *fakebot.Server
+	var (
+		sandbox                        *fakebot.Server
+		sandboxOnboarding, sandboxOmni int64 // the bots on the sandbox; zero for a real token
+	)
 	sandboxURL := func() string {
 		if sandbox == nil {
 			sandbox = fakebot.New(fakebot.Opts{BasePath: sandboxPath, Log: log.With(slog.String("subsystem", "sandbox"))})
@@ -93,6 +96,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	botToken, botAPI, botUsername := cfg.BotTelegramToken, cfg.TelegramAPIURL, cfg.BotUsername
 	if botToken == "" && cfg.has("bot") {
 		botToken, botAPI = fakebot.Token(sandboxOnboardingBotID), sandboxURL()
+		sandboxOnboarding = sandboxOnboardingBotID
 	}
 	if botUsername == "" && cfg.BotTelegramToken == "" {
 		botUsername = fmt.Sprintf("fake%d_bot", sandboxOnboardingBotID)
@@ -106,6 +110,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	// Operators can always act on the backend domain; the /bot/* contract is
 	// served by processes that run the backend role.
 	wo.Admin = append(wo.Admin, backend.AdminRoutes)
+	wo.Outbox = backend.Outbox()
 	if cfg.has("backend") {
 		wo.Public = append(wo.Public, backend.Routes)
 		a.onShutdown = append(a.onShutdown, backend.Shutdown)
@@ -132,6 +137,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 		}
 		wo.Public = append(wo.Public, ob.Routes)
 		wo.Admin = append(wo.Admin, ob.AdminRoutes)
+		wo.Onboarding = ob
 		a.workers = append(a.workers, ob)
 	}
 
@@ -142,6 +148,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 		return nil, fmt.Errorf("referral: %w", err)
 	}
 	wo.Admin = append(wo.Admin, ref.AdminRoutes)
+	wo.Referral = ref
 	if cfg.has("referral") {
 		a.workers = append(a.workers, ref)
 	}
@@ -151,9 +158,12 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	omniToken, omniAPI := cfg.OmniToken, cfg.TelegramAPIURL
 	if omniToken == "" && (cfg.has("inbound") || cfg.has("outbound")) {
 		omniToken, omniAPI = fakebot.Token(sandboxOmniBotID), sandboxURL()
+		sandboxOmni = sandboxOmniBotID
 	}
 	omniLog := log.With(slog.String("subsystem", "omni"))
-	wo.Admin = append(wo.Admin, omni.NewAdmin(omni.AdminOpts{DB: db, Logger: omniLog}).AdminRoutes)
+	chatAdmin := omni.NewAdmin(omni.AdminOpts{DB: db, Logger: omniLog})
+	wo.Admin = append(wo.Admin, chatAdmin.AdminRoutes)
+	wo.Chat = chatAdmin
 	if cfg.has("inbound") {
 		in := omni.NewInbound(omni.InboundOpts{DB: db, Token: omniToken, WebhookSecret: sec.OmniWebhook, Logger: omniLog})
 		wo.Public = append(wo.Public, in.Routes)
@@ -181,24 +191,11 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 		a.workers = append(a.workers, omni.NewOutbound(omni.OutboundOpts{DB: db, Token: omniToken, APIURL: omniAPI, Logger: omniLog}))
 	}
 
+	// The console's Sandbox page and API, when a bot runs on the fake.
+	if sandbox != nil {
+		wo.Sandbox = &web.Sandbox{Server: sandbox, OnboardingBotID: sandboxOnboarding, ChatBotID: sandboxOmni}
+	}
+
 	a.handler = web.New(wo)
 	return a, nil
-}
-
-// queueRows adapts the queue statistics to the console's view model.
-func queueRows(qa *queue.Admin) web.QueueListerFunc {
-	return func(ctx context.Context) ([]web.QueueRow, error) {
-		st, err := qa.Stats(ctx)
-		if err != nil {
-			return nil, err
-		}
-		rows := make([]web.QueueRow, 0, len(st.Queues))
-		for _, q := range st.Queues {
-			rows = append(rows, web.QueueRow{
-				Name: q.Name, Ready: q.Ready, InFlight: q.InFlight, Delayed: q.Delayed,
-				Held: q.Held, Dead: q.Dead, OldestAge: q.OldestAge,
-			})
-		}
-		return rows, nil
-	}
 }

@@ -2,18 +2,77 @@ package web
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
+	"time"
 
 	"github.com/a-h/templ"
 	"github.com/gorilla/mux"
 )
 
+// The console: server-rendered pages (templ) under /admin, behind the session
+// cookie and the cross-origin protection of the /admin subrouter. Every page
+// reads fully without JavaScript; with it, htmx polls the page's "live"
+// fragment (the same URL, rendered with templ.RenderFragments) every two
+// seconds unless the operator paused it. State changes are POST forms that
+// answer with a redirect and a flash message; the destructive ones carry
+// confirm=yes from an inline confirmation step and, without it, answer with a
+// confirmation page instead of acting.
+
+// liveFragment is the id of the templ.Fragment a page refreshes by polling.
+const liveFragment = "live"
+
 func (s *Server) consoleRoutes(r *mux.Router) {
-	r.HandleFunc("", s.overview).Methods(http.MethodGet)
-	r.HandleFunc("/", s.overview).Methods(http.MethodGet)
-	r.HandleFunc("/queues", s.queues).Methods(http.MethodGet)
-	r.HandleFunc("/queues/table", s.queuesTable).Methods(http.MethodGet)
+	get := func(path string, h http.HandlerFunc) { r.HandleFunc(path, h).Methods(http.MethodGet, http.MethodHead) }
+	post := func(path string, h http.HandlerFunc) { r.HandleFunc(path, h).Methods(http.MethodPost) }
+
+	get("", s.overview)
+	get("/", s.overview)
+
+	get("/bot", s.botPage)
+	get("/bot/events/{id:[0-9]+}", s.botEvent)
+	post("/bot/events/{id:[0-9]+}/redrive", s.botRedrive)
+	get("/bot/funnel", s.botFunnel)
+	get("/bot/users/{tg:[0-9]+}", s.botUser)
+	post("/bot/outgoing/{id:[0-9]+}/redrive", s.botOutgoingRedrive)
+
+	get("/referral", s.referralPage)
+	get("/referral/users", s.referralFindUser)
+	get("/referral/users/{id}", s.referralUser)
+	post("/referral/links", s.referralCreateLink)
+	post("/referral/links/{id}/delete", s.referralDeleteLink)
+
+	get("/chat", s.chatInbox)
+	get("/chat/threads/{id:[0-9]+}", s.chatThread)
+	post("/chat/threads/{id:[0-9]+}/reply", s.chatReply)
+	post("/chat/threads/{id:[0-9]+}/read", s.chatRead)
+	post("/chat/threads/{id:[0-9]+}/close", s.chatClose)
+
+	get("/queues", s.queuesPage)
+	get("/queues/{queue}", s.queueDetail)
+	post("/queues/{queue}/dead/redrive", s.queueRedrive)
+	post("/queues/{queue}/dead/purge", s.queuePurgeDead)
+	post("/queues/{queue}/purge", s.queuePurge)
+
+	if s.opts.Sandbox != nil {
+		s.sandboxConsoleRoutes(r)
+	}
+}
+
+// isFragmentRequest reports whether htmx asks for the live fragment only.
+func isFragmentRequest(r *http.Request) bool { return r.Header.Get("HX-Request") == "true" }
+
+// newPage is the layout's model for a page: the flash message of the last
+// action (taken once, on a full page load), the nav and the URL to poll.
+func (s *Server) newPage(w http.ResponseWriter, r *http.Request, title, active string) page {
+	p := page{Title: title, Active: active, Sandbox: s.opts.Sandbox != nil, Self: r.URL.RequestURI()}
+	if !isFragmentRequest(r) {
+		p.Flash = takeFlash(w, r)
+	}
+	return p
 }
 
 // render writes a component with status 200.
@@ -22,10 +81,16 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, c templ.Componen
 }
 
 // renderStatus renders into a buffer first, so a failing component becomes a
-// clean 500 instead of half a page.
+// clean 500 instead of half a page. An htmx poll gets the live fragment only.
 func (s *Server) renderStatus(w http.ResponseWriter, r *http.Request, status int, c templ.Component) {
 	var buf bytes.Buffer
-	if err := c.Render(r.Context(), &buf); err != nil {
+	var err error
+	if isFragmentRequest(r) {
+		err = templ.RenderFragments(r.Context(), &buf, c, liveFragment)
+	} else {
+		err = c.Render(r.Context(), &buf)
+	}
+	if err != nil {
 		s.log.ErrorContext(r.Context(), "render page", slog.String("path", r.URL.Path), slog.Any("err", err))
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
@@ -36,40 +101,130 @@ func (s *Server) renderStatus(w http.ResponseWriter, r *http.Request, status int
 	_, _ = buf.WriteTo(w)
 }
 
-func (s *Server) queueRows(r *http.Request) []QueueRow {
-	if s.opts.Queues == nil {
+// problem renders a page that only says what went wrong, with status.
+func (s *Server) problem(w http.ResponseWriter, r *http.Request, status int, active, text string) {
+	p := s.newPage(w, r, http.StatusText(status), active)
+	s.renderStatus(w, r, status, messagePage(p, text))
+}
+
+// failed logs an unexpected error of a console read and renders a 500 page.
+func (s *Server) failed(w http.ResponseWriter, r *http.Request, active string, err error) {
+	s.log.ErrorContext(r.Context(), "console page failed", slog.String("path", r.URL.Path), slog.Any("err", err))
+	s.problem(w, r, http.StatusInternalServerError, active, "Something went wrong reading this page; the log has the details.")
+}
+
+// Flash messages survive one redirect in a short-lived cookie, so a reload
+// of the page an action led to does not show the message again.
+const flashCookie = "switchyard_flash"
+
+// flash is the outcome of the last console action.
+type flash struct {
+	OK   bool
+	Text string
+}
+
+func setFlash(w http.ResponseWriter, r *http.Request, ok bool, text string) {
+	kind := "error"
+	if ok {
+		kind = "ok"
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: flashCookie, Value: url.QueryEscape(kind + ":" + text), Path: "/admin", MaxAge: 60,
+		HttpOnly: true, Secure: isHTTPS(r), SameSite: http.SameSiteStrictMode,
+	})
+}
+
+func takeFlash(w http.ResponseWriter, r *http.Request) *flash {
+	c, err := r.Cookie(flashCookie)
+	if err != nil {
 		return nil
 	}
-	rows, err := s.opts.Queues(r.Context())
+	http.SetCookie(w, &http.Cookie{
+		Name: flashCookie, Value: "", Path: "/admin", MaxAge: -1, Expires: time.Unix(1, 0),
+		HttpOnly: true, Secure: isHTTPS(r), SameSite: http.SameSiteStrictMode,
+	})
+	v, err := url.QueryUnescape(c.Value)
 	if err != nil {
-		s.log.ErrorContext(r.Context(), "list queues", slog.Any("err", err))
+		return nil
 	}
-	return rows
+	kind, text, ok := strings.Cut(v, ":")
+	if !ok || text == "" {
+		return nil
+	}
+	return &flash{OK: kind == "ok", Text: text}
 }
 
-func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
-	m := overviewModel{
-		Version:  s.opts.Version,
-		Roles:    s.opts.Roles,
-		Database: s.opts.DB.Path(),
-		Queues:   s.queueRows(r),
-	}
-	if st, err := s.opts.DB.MigrationStatus(r.Context()); err == nil {
-		m.SchemaVersion = st.Current
-	}
-	s.render(w, r, overviewPage(m))
+// done ends a console action: a flash message and a 303 back to a console page.
+func (s *Server) done(w http.ResponseWriter, r *http.Request, to string, ok bool, text string) {
+	setFlash(w, r, ok, text)
+	http.Redirect(w, r, safeNext(to), http.StatusSeeOther)
 }
 
-func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
-	s.render(w, r, queuesPage(s.queueRows(r)))
+// actionFailed ends an action that failed: the operator's mistake is said as
+// it is; anything else is logged and reported without details.
+func (s *Server) actionFailed(w http.ResponseWriter, r *http.Request, to string, err error, userErr bool) {
+	if userErr {
+		s.done(w, r, to, false, err.Error())
+		return
+	}
+	if errors.Is(err, r.Context().Err()) && r.Context().Err() != nil {
+		return
+	}
+	s.log.ErrorContext(r.Context(), "console action failed", slog.String("path", r.URL.Path), slog.Any("err", err))
+	s.done(w, r, to, false, "The action failed; the log has the details.")
 }
 
-func (s *Server) queuesTable(w http.ResponseWriter, r *http.Request) {
-	s.render(w, r, queueTable(s.queueRows(r)))
+// confirmed reports whether a destructive form carries the confirmation. When
+// it does not, it renders the confirmation page (a form that posts the same
+// fields again with confirm=yes) and the handler must stop.
+// back is where Cancel leads.
+func (s *Server) confirmed(w http.ResponseWriter, r *http.Request, active, question, button, back string) bool {
+	if r.PostForm.Get("confirm") == "yes" {
+		return true
+	}
+	m := confirmModel{Question: question, Button: button, Action: r.URL.Path, Back: safeNext(back)}
+	for k, vs := range r.PostForm {
+		if k == "confirm" {
+			continue
+		}
+		for _, v := range vs {
+			m.Fields = append(m.Fields, formField{Name: k, Value: v})
+		}
+	}
+	sortFields(m.Fields)
+	s.render(w, r, confirmPage(s.newPage(w, r, "Confirm", active), m))
+	return false
+}
+
+// parseForm reads a POST form; a broken one ends the request with a flash.
+func (s *Server) parseForm(w http.ResponseWriter, r *http.Request, back string) bool {
+	if err := r.ParseForm(); err != nil {
+		s.done(w, r, back, false, "The form could not be read.")
+		return false
+	}
+	return true
+}
+
+// backTo is the console page a form asked to return to, or fallback.
+func backTo(r *http.Request, fallback string) string {
+	if b := r.PostForm.Get("back"); b != "" {
+		return safeNext(b)
+	}
+	return fallback
 }
 
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.URL.Query().Get("next"))
+	// A poll whose session ran out was redirected here: send the whole page
+	// to the login form rather than swapping the form into a live region.
+	if isFragmentRequest(r) {
+		if u, err := url.Parse(r.Header.Get("HX-Current-URL")); err == nil {
+			next = safeNext(u.RequestURI())
+		}
+		w.Header().Set("HX-Redirect", "/admin/login?next="+url.QueryEscape(next))
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	// A one-click login link carries the token in the query (as Jupyter's does);
 	// it is exchanged for a session cookie and dropped from the address bar.
 	if tok := r.URL.Query().Get("token"); tok != "" {

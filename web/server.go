@@ -44,12 +44,25 @@ type Options struct {
 	// Admin routes are mounted on the /admin/api subrouter, behind the admin
 	// token and cross-origin protection.
 	Admin []RoutesFunc
-	// Queues lists the queues for the console; nil shows none.
-	Queues QueueListerFunc
+	// The console's domain objects. Each is optional: a page whose object is
+	// nil says the subsystem is not wired in this process. wire.go passes the
+	// concrete types; the small interfaces sit next to the pages that use them.
+	//
+	// Queues is every queue and topic group (*queue.Admin).
+	Queues queueOps
+	// Outbox is the backend's bot outbox (*bot.Outbox).
+	Outbox outboxOps
+	// Onboarding is the onboarding bot (*bot.Onboarding): the funnel, user
+	// timelines and its outgoing Telegram calls; nil when the bot role is off.
+	Onboarding onboardingOps
+	// Referral is the referral context (*referral.Service).
+	Referral referralOps
+	// Chat is the chat platform's operator side (*omni.Admin).
+	Chat chatOps
+	// Sandbox is the built-in fake Bot API; the Sandbox page and the
+	// /admin/api/sandbox routes exist only when it is set.
+	Sandbox *Sandbox
 }
-
-// QueueListerFunc lists queue statistics for the console.
-type QueueListerFunc func(ctx context.Context) ([]QueueRow, error)
 
 // Server is the HTTP handler of a Switchyard process.
 type Server struct {
@@ -111,6 +124,9 @@ func New(opts Options) *Server {
 	api := apiRoot.PathPrefix("/admin/api").Subrouter()
 	for _, mount := range opts.Admin {
 		mount(api)
+	}
+	if opts.Sandbox != nil {
+		s.sandboxAPIRoutes(api)
 	}
 	r.PathPrefix("/admin/api/").Handler(csrf.Handler(s.auth.requireAPI(apiRoot)))
 

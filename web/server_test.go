@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web"
@@ -40,12 +42,16 @@ func echoRoutes(r *mux.Router) {
 
 func newServer(t *testing.T, db *store.DB) *httptest.Server {
 	t.Helper()
+	q := queue.New(queue.NewOpts{DB: db, Name: "receiver.flow"})
+	for i := range 3 {
+		if _, err := q.Send(context.Background(), queue.Message{Body: []byte(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	srv := httptest.NewServer(web.New(web.Options{
 		DB: db, AdminToken: adminToken, BodyLimit: 1024,
-		Admin: []web.RoutesFunc{echoRoutes},
-		Queues: func(context.Context) ([]web.QueueRow, error) {
-			return []web.QueueRow{{Name: "receiver.flow", Ready: 3, Dead: 1}}, nil
-		},
+		Admin:  []web.RoutesFunc{echoRoutes},
+		Queues: queue.NewAdmin(queue.AdminOpts{DB: db}),
 	}))
 	t.Cleanup(srv.Close)
 	return srv
