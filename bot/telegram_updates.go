@@ -133,12 +133,13 @@ func (o *Onboarding) Routes(r *mux.Router) {
 // stores the update and only then answers 200, so an update Telegram saw
 // accepted is never lost; a repeated delivery is stored once.
 func (o *Onboarding) handleWebhook(w http.ResponseWriter, r *http.Request) error {
+	// The secret first: a caller without it learns nothing, not even the mode.
+	got := []byte(r.Header.Get("X-Telegram-Bot-Api-Secret-Token"))
+	if len(o.webhookSecret) == 0 || len(got) != len(o.webhookSecret) || subtle.ConstantTimeCompare(got, o.webhookSecret) != 1 {
+		return httpjson.Unauthorized()
+	}
 	if o.mode != UpdatesWebhook {
 		return httpjson.NotFound("this bot receives updates by long polling")
-	}
-	got := []byte(r.Header.Get("X-Telegram-Bot-Api-Secret-Token"))
-	if len(got) != len(o.webhookSecret) || subtle.ConstantTimeCompare(got, o.webhookSecret) != 1 {
-		return httpjson.Unauthorized()
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxWebhookBody+1))
 	if err != nil {
