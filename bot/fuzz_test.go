@@ -1,0 +1,386 @@
+package bot
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/gorilla/mux"
+
+	"switchyard/store"
+	"switchyard/store/storetest"
+	"switchyard/web/httpjson"
+)
+
+// The fuzz targets of this file check the promise "bad input gets a clear
+// 4xx and changes nothing" on the bot outbox's inputs: the ack body and the
+// pending query of the /bot/* contract, the operators' JSON bodies, and the
+// onboarding bot's webhook. They run over their seeds in every `go test`, and
+// for a fixed time in CI (.ci/fuzz).
+
+// commitWatch tells whether anything was committed to a database: PRAGMA
+// data_version, read on one pinned read connection, changes exactly when
+// another connection commits a change, and stays put for an empty or rolled
+// back transaction.
+type commitWatch struct {
+	conn *sql.Conn
+}
+
+func watchCommits(tb testing.TB, db *store.DB) *commitWatch {
+	tb.Helper()
+	conn, err := db.Read.Conn(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return &commitWatch{conn: conn}
+}
+
+func (w *commitWatch) version(tb testing.TB) int64 {
+	tb.Helper()
+	var v int64
+	if err := w.conn.QueryRowContext(context.Background(), `pragma data_version`).Scan(&v); err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+// fuzzDB is a migrated database for a fuzz target. Commits skip the fsync:
+// fuzzing checks answers and state, not durability, and wants many runs a
+// second.
+func fuzzDB(tb testing.TB) *store.DB {
+	tb.Helper()
+	return storetest.NewWith(tb, store.Options{Synchronous: store.SyncNormal})
+}
+
+// fuzzRouter is a router with the web package's JSON answers for unmatched
+// routes, so that every answer a fuzz target sees is the app's own.
+func fuzzRouter(mounts ...func(r *mux.Router)) *mux.Router {
+	r := mux.NewRouter()
+	r.NotFoundHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		return httpjson.NotFound("no such route")
+	})
+	r.MethodNotAllowedHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		return httpjson.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
+	})
+	for _, m := range mounts {
+		m(r)
+	}
+	return r
+}
+
+// fuzzDo serves one request on h in-process; rawQuery goes to the URL as it
+// is. A panic is not recovered: it fails the target with its input.
+func fuzzDo(h http.Handler, method, path, rawQuery string, header http.Header, body []byte) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, "http://switchyard.test/", bytes.NewReader(body))
+	req.URL.Path, req.URL.RawQuery = path, rawQuery
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// checkRefusal fails on a 5xx, and on a 4xx whose body is not the JSON error
+// shape. It reports whether rec was refused (4xx).
+func checkRefusal(t *testing.T, what string, rec *httptest.ResponseRecorder) (refused bool) {
+	t.Helper()
+	switch {
+	case rec.Code >= 500:
+		t.Fatalf("%s: %d for bad input, want a 4xx: %s", what, rec.Code, rec.Body)
+	case rec.Code >= 400:
+		var e struct {
+			Error *struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+			t.Fatalf("%s: %d answered as %q, want JSON: %s", what, rec.Code, ct, rec.Body)
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == nil || e.Error.Code == "" || e.Error.Message == "" {
+			t.Fatalf("%s: %d body is not {\"error\":{\"code\",\"message\"}}: %s", what, rec.Code, rec.Body)
+		}
+		return true
+	case rec.Code < 200:
+		t.Fatalf("%s: status %d", what, rec.Code)
+	}
+	return false
+}
+
+var botAuth = http.Header{"Authorization": {"Bearer " + backendTestSecret}, "Content-Type": {"application/json"}}
+
+// fuzzOutbox is a backend whose outbox holds ten events of three users, of
+// every type, served by the /bot/* contract and the admin routes.
+func fuzzOutbox(tb testing.TB) (*store.DB, *Backend, http.Handler) {
+	tb.Helper()
+	db := fuzzDB(tb)
+	b := NewBackend(BackendOpts{DB: db, Secret: backendTestSecret, BotUsername: "fuzz_bot"})
+	tb.Cleanup(b.Shutdown)
+	for i := range 10 {
+		ev := NewEvent{Type: EventTypes[i%len(EventTypes)], Target: Target{TelegramID: TelegramID(fmt.Sprint(1000 + i%3))}}
+		if i%2 == 0 {
+			ev.Payload = json.RawMessage(`{"note":"seed"}`)
+		}
+		if _, err := b.Outbox().Emit(context.Background(), ev); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return db, b, fuzzRouter(b.Routes, func(r *mux.Router) { b.AdminRoutes(r.PathPrefix("/admin/api").Subrouter()) })
+}
+
+// resetOutbox puts every event back to new, so each run of a target starts
+// from the same outbox.
+func resetOutbox(tb testing.TB, db *store.DB) {
+	tb.Helper()
+	err := db.Tx(context.Background(), func(tx *sql.Tx) error {
+		_, err := tx.Exec(`update bot_event_outbox set processed_at = null, dead_lettered_at = null, attempts = 0,
+			next_retry_at = null, last_attempt_at = null, last_error = null
+			where processed_at is not null or dead_lettered_at is not null or attempts > 0`)
+		return err
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// outboxInvariant fails when an event is both processed and dead-lettered,
+// or has a negative attempt count: states no ack may produce.
+func outboxInvariant(t *testing.T, db *store.DB) {
+	t.Helper()
+	var bad int
+	if err := db.Read.QueryRow(`select count(*) from bot_event_outbox
+		where (processed_at is not null and dead_lettered_at is not null) or attempts < 0`).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad > 0 {
+		t.Fatalf("%d events in an impossible state after an ack", bad)
+	}
+}
+
+// FuzzAckBody posts any body to POST /bot/events/ack on an outbox of ten
+// events: never a 5xx; a 4xx is a JSON error and changes nothing; a 200
+// counts no more than the ids it was given and leaves every event in a
+// state the contract knows.
+func FuzzAckBody(f *testing.F) {
+	for _, s := range []string{
+		`{"processedIds":[1,2],"retryIds":[3]}`,
+		`{"processedIds":[],"retryIds":[]}`,
+		`{"processedIds":[4],"retryIds":[5],"errors":{"5":"telegram 429: too many requests"}}`,
+		`{"retryIds":[2,2,2,2,2,2]}`,
+		`{"processedIds":[1],"retryIds":[1]}`,
+		`{"processedIds":[-1,0,9223372036854775807]}`,
+		`{"processedIds":[1.5]}`,
+		`{"processedIds":"1"}`,
+		`{"retryIds":[6],"errors":{"six":"x"}}`,
+		`{"retryIds":[6],"errors":{"6":"` + strings.Repeat("é", 3000) + `"}}`,
+		`{"processedIds":[1],"unknown":true}`,
+		`{"processedIds":[1]}{"processedIds":[2]}`,
+		`null`,
+		`[]`,
+		``,
+		`{"processedIds":[1e2]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	db, _, h := fuzzOutbox(f)
+	commits := watchCommits(f, db)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		resetOutbox(t, db)
+		before := commits.version(t)
+		rec := fuzzDo(h, http.MethodPost, "/bot/events/ack", "", botAuth, body)
+		if checkRefusal(t, "ack", rec) {
+			if after := commits.version(t); after != before {
+				t.Fatalf("a refused ack (%d %s) changed the outbox", rec.Code, rec.Body)
+			}
+			return
+		}
+		if rec.Code != http.StatusOK {
+			t.Fatalf("ack answered %d %s, want 200 or a 4xx", rec.Code, rec.Body)
+		}
+		var req AckRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			t.Fatalf("a body that does not decode was accepted: %v", err)
+		}
+		var res AckResult
+		if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Processed < 0 || res.Retried < 0 || res.DeadLettered < 0 || res.Closed < 0 ||
+			res.Processed > len(req.ProcessedIDs) || res.Retried+res.DeadLettered+res.Closed > len(req.RetryIDs) {
+			t.Fatalf("ack of %d processed and %d retry ids counted %+v", len(req.ProcessedIDs), len(req.RetryIDs), res)
+		}
+		outboxInvariant(t, db)
+	})
+}
+
+// FuzzPendingQuery sends any query string to GET /bot/events/pending on an
+// outbox with due events (so no request waits): never a 5xx; a 4xx is a
+// JSON error; nothing is ever written; a 200 lists at most the clamped limit.
+func FuzzPendingQuery(f *testing.F) {
+	for _, s := range []string{
+		``, `limit=1`, `limit=100`, `limit=0`, `limit=-1`, `limit=abc`, `limit=99999999999999999999`,
+		`limit=-99999999999999999999`, `wait=0`, `wait=5`, `wait=-1`, `wait=1.5`, `wait=99999999999999999999`,
+		`limit=3&wait=30`, `limit=%zz`, `limit=1&limit=2`, `limit=+5`, `limit= 5`, `limit=5%00`, `wait=&limit=`,
+	} {
+		f.Add(s)
+	}
+	db, _, h := fuzzOutbox(f)
+	commits := watchCommits(f, db)
+	f.Fuzz(func(t *testing.T, query string) {
+		before := commits.version(t)
+		rec := fuzzDo(h, http.MethodGet, "/bot/events/pending", query, botAuth, nil)
+		refused := checkRefusal(t, "pending?"+query, rec)
+		if after := commits.version(t); after != before {
+			t.Fatalf("pending?%s (%d) wrote to the database", query, rec.Code)
+		}
+		if refused {
+			return
+		}
+		var res PendingResponse
+		if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || res.Events == nil {
+			t.Fatalf("pending?%s answered %d %s", query, rec.Code, rec.Body)
+		}
+		req := httptest.NewRequest(http.MethodGet, "http://switchyard.test/", nil)
+		req.URL.RawQuery = query
+		limit, err := parseLimit(req)
+		if err != nil {
+			t.Fatalf("pending?%s answered 200 though its limit is refused: %v", query, err)
+		}
+		if len(res.Events) == 0 || len(res.Events) > limit {
+			t.Fatalf("pending?%s listed %d events, want 1 to %d", query, len(res.Events), limit)
+		}
+	})
+}
+
+// adminBodyRoutes are the operator routes of the backend that take a JSON
+// body; a fuzz input picks one by index.
+var adminBodyRoutes = []string{
+	"/admin/api/users",
+	"/admin/api/users/%d/wallet",
+	"/admin/api/users/%d/register",
+	"/admin/api/users/%d/nft",
+	"/admin/api/bot/events",
+}
+
+// FuzzAdminBodies posts any body to the backend's operator routes that take
+// one — create a user, connect a wallet, register, activate an NFT, raw emit
+// — for any user id: never a 5xx; a 4xx is a JSON error and changes nothing.
+func FuzzAdminBodies(f *testing.F) {
+	for _, s := range []struct {
+		route uint8
+		uid   int64
+		body  string
+	}{
+		{0, 0, `{"link":"ann_1","name":"Анна","telegramId":"4242"}`},
+		{0, 0, `{"link":"bob","name":"Bob","leaderUid":1}`},
+		{0, 0, `{"link":"leader","name":"Taken link"}`},
+		{0, 0, `{"link":"has space","name":"x"}`},
+		{0, 0, `{"link":"x","name":""}`},
+		{0, 0, `{"link":"y","name":"Y","telegramId":0}`},
+		{0, 0, `{"link":"z","name":"Z","leaderUid":-4}`},
+		{0, 0, `{"link":"w","name":"W","leaderUid":999}`},
+		{1, 1, `{"addr":"EQDk2VTvn04SUKJrW7rXahzdF8_Qi6utb0wj43InCu9vdjrR"}`},
+		{1, 1, `{"addr":""}`},
+		{1, 999, `{"addr":"EQ"}`},
+		{1, -1, `{"addr":"EQ"}`},
+		{2, 2, `{"leaderUid":1}`},
+		{2, 2, `{"leaderUid":2}`},
+		{2, 2, `{"leaderUid":0}`},
+		{2, 1, `{"leaderUid":null}`},
+		{3, 1, `{"level":"lp1"}`},
+		{3, 1, `{"level":"lp3"}`},
+		{4, 0, `{"eventType":"reactivation","telegramId":"1001","payload":{"days":30}}`},
+		{4, 0, `{"eventType":"struct_overtake","magnetUid":1}`},
+		{4, 0, `{"eventType":"nope","telegramId":"1"}`},
+		{4, 0, `{"eventType":"reactivation"}`},
+		{4, 0, `{"eventType":"reactivation","magnetUid":-1}`},
+		{4, 0, `{"eventType":"reactivation","telegramId":"1","payload":[1]}`},
+		{4, 0, `{"eventType":"reactivation","telegramId":"1","payload":"{}"}`},
+		{4, 0, `{"eventType":"reactivation","telegramId":"abc"}`},
+		{4, 0, `{}`},
+		{4, 0, ``},
+	} {
+		f.Add(s.route, s.uid, []byte(s.body))
+	}
+	db, b, h := fuzzOutbox(f)
+	for _, u := range []NewUser{{Link: "leader", Name: "Leader"}, {Link: "member", Name: "Member", TelegramID: "1001"}} {
+		if _, err := b.CreateUser(context.Background(), u); err != nil {
+			f.Fatal(err)
+		}
+	}
+	commits := watchCommits(f, db)
+	f.Fuzz(func(t *testing.T, route uint8, uid int64, body []byte) {
+		path := adminBodyRoutes[int(route)%len(adminBodyRoutes)]
+		if strings.Contains(path, "%d") {
+			path = fmt.Sprintf(path, uid)
+		}
+		before := commits.version(t)
+		rec := fuzzDo(h, http.MethodPost, path, "", http.Header{"Content-Type": {"application/json"}}, body)
+		if checkRefusal(t, "POST "+path, rec) {
+			if after := commits.version(t); after != before {
+				t.Fatalf("POST %s refused with %d %s but changed the database", path, rec.Code, rec.Body)
+			}
+		}
+	})
+}
+
+// FuzzOnboardingWebhook posts any body with any secret to the onboarding
+// bot's POST /webhooks/bot: never a 5xx; a wrong secret is a 401 and a body
+// that is not an update a 4xx, with nothing stored; a 200 means the update
+// is stored.
+func FuzzOnboardingWebhook(f *testing.F) {
+	const secret = "onboarding-webhook_SECRET-1"
+	for _, s := range []string{
+		`{"update_id":1,"message":{"message_id":3,"from":{"id":1001,"is_bot":false,"first_name":"Ann"},"chat":{"id":1001,"type":"private"},"date":1771668000,"text":"/start ref-leader"}}`,
+		`{"update_id":2,"callback_query":{"id":"cb","from":{"id":1001,"is_bot":false,"first_name":"Ann"},"message":{"message_id":3,"chat":{"id":1001,"type":"private"},"date":1771668000},"chat_instance":"ci","data":"yes"}}`,
+		`{"update_id":3,"my_chat_member":{"chat":{"id":1001,"type":"private"},"from":{"id":1001,"is_bot":false,"first_name":"Ann"},"date":1771668000,"old_chat_member":{"status":"member","user":{"id":777,"is_bot":true,"first_name":"Bot"}},"new_chat_member":{"status":"kicked","user":{"id":777,"is_bot":true,"first_name":"Bot"},"until_date":0}}}`,
+		`{"update_id":4,"callback_query":{"id":"cb","from":{"id":1001,"is_bot":false,"first_name":"Ann"},"message":{"message_id":3,"chat":{"id":1001,"type":"private"},"date":0},"chat_instance":"ci"}}`,
+		`{"update_id":5,"poll":{"id":"p"}}`,
+		`{"update_id":"6"}`,
+		`{"message":{}}`,
+		`{"update_id":1,`,
+		`[]`,
+		``,
+	} {
+		f.Add(secret, []byte(s))
+	}
+	f.Add("", []byte(`{"update_id":7}`))
+	f.Add(secret+"x", []byte(`{"update_id":7}`))
+
+	e := newOnbEnv(f)
+	db := fuzzDB(f)
+	ob := e.newBot(db, func(o *OnboardingOpts) { o.Updates, o.WebhookSecret = UpdatesWebhook, secret })
+	h := fuzzRouter(ob.Routes)
+	commits := watchCommits(f, db)
+	f.Fuzz(func(t *testing.T, given string, body []byte) {
+		before := commits.version(t)
+		rec := fuzzDo(h, http.MethodPost, "/webhooks/bot", "", http.Header{"X-Telegram-Bot-Api-Secret-Token": {given}}, body)
+		if given != secret && rec.Code != http.StatusUnauthorized {
+			t.Fatalf("secret %q: %d, want 401", given, rec.Code)
+		}
+		if checkRefusal(t, "webhook", rec) {
+			if after := commits.version(t); after != before {
+				t.Fatalf("a refused update (%d %s) changed the database", rec.Code, rec.Body)
+			}
+			return
+		}
+		var probe struct {
+			UpdateID int `json:"update_id"`
+		}
+		if err := json.Unmarshal(body, &probe); err != nil {
+			t.Fatalf("answered %d to a body that is not JSON: %v", rec.Code, err)
+		}
+		var n int
+		if err := db.Read.QueryRow(`select count(*) from bot_updates where update_id = ?`, probe.UpdateID).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("answered %d but update %d is not stored (%d rows, %v)", rec.Code, probe.UpdateID, n, err)
+		}
+	})
+}

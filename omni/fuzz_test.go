@@ -1,0 +1,349 @@
+package omni
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"switchyard/store"
+	"switchyard/store/storetest"
+	"switchyard/web/httpjson"
+)
+
+// The fuzz targets of this file check the promise "bad input gets a clear
+// 4xx and changes nothing" on the chat platform's inputs: Telegram's webhook
+// body, its normalisation into the envelope, and the operators' JSON bodies.
+// They run over their seeds in every `go test`, and for a fixed time in CI
+// (.ci/fuzz).
+
+// commitWatch tells whether anything was committed to a database: PRAGMA
+// data_version, read on one pinned read connection, changes exactly when
+// another connection commits a change, and stays put for an empty or rolled
+// back transaction.
+type commitWatch struct {
+	conn *sql.Conn
+}
+
+func watchCommits(tb testing.TB, db *store.DB) *commitWatch {
+	tb.Helper()
+	conn, err := db.Read.Conn(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return &commitWatch{conn: conn}
+}
+
+func (w *commitWatch) version(tb testing.TB) int64 {
+	tb.Helper()
+	var v int64
+	if err := w.conn.QueryRowContext(context.Background(), `pragma data_version`).Scan(&v); err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+// fuzzRouter is a router with the web package's JSON answers for unmatched
+// routes, so that every answer a fuzz target sees is the app's own.
+func fuzzRouter(mounts ...func(r *mux.Router)) *mux.Router {
+	r := mux.NewRouter()
+	r.NotFoundHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		return httpjson.NotFound("no such route")
+	})
+	r.MethodNotAllowedHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		return httpjson.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
+	})
+	for _, m := range mounts {
+		m(r)
+	}
+	return r
+}
+
+// fuzzDo serves one request on h in-process. A panic is not recovered: it
+// fails the fuzz target with the input that caused it.
+func fuzzDo(h http.Handler, method, target string, header http.Header, body []byte) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, "http://switchyard.test/", bytes.NewReader(body))
+	req.URL.Path, req.URL.RawQuery, _ = strings.Cut(target, "?")
+	req.RequestURI = ""
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// checkRefusal fails unless rec is a 4xx whose body is the JSON error shape,
+// or a success. It never accepts a 5xx. It reports whether rec was refused.
+func checkRefusal(t *testing.T, what string, rec *httptest.ResponseRecorder) (refused bool) {
+	t.Helper()
+	switch {
+	case rec.Code >= 500:
+		t.Fatalf("%s: %d for bad input, want a 4xx: %s", what, rec.Code, rec.Body)
+	case rec.Code >= 400:
+		var e struct {
+			Error *struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+			t.Fatalf("%s: %d answered as %q, want JSON: %s", what, rec.Code, ct, rec.Body)
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == nil || e.Error.Code == "" || e.Error.Message == "" {
+			t.Fatalf("%s: %d body is not {\"error\":{\"code\",\"message\"}}: %s", what, rec.Code, rec.Body)
+		}
+		return true
+	case rec.Code < 200:
+		t.Fatalf("%s: status %d", what, rec.Code)
+	}
+	return false
+}
+
+// telegramSeeds are realistic updates of every type the chat role reads,
+// and a few that are not updates at all.
+var telegramSeeds = []string{
+	`{"update_id":1,"message":{"message_id":7,"from":{"id":42,"is_bot":false,"first_name":"Ann","username":"ann"},"chat":{"id":42,"type":"private","first_name":"Ann"},"date":1771668000,"text":"hello"}}`,
+	`{"update_id":2,"business_message":{"message_id":5,"business_connection_id":"bc-1","from":{"id":55,"is_bot":false,"first_name":"Customer"},"chat":{"id":55,"type":"private","first_name":"Customer"},"date":1771668001,"text":"Где мой заказ?"}}`,
+	`{"update_id":3,"edited_business_message":{"message_id":5,"business_connection_id":"bc-1","from":{"id":55,"is_bot":false,"first_name":"Customer"},"chat":{"id":55,"type":"private"},"date":1771668001,"edit_date":1771668060,"text":"edited"}}`,
+	`{"update_id":4,"deleted_business_messages":{"business_connection_id":"bc-1","chat":{"id":55,"type":"private"},"message_ids":[5,6]}}`,
+	`{"update_id":5,"business_connection":{"id":"bc-1","user":{"id":9,"is_bot":false,"first_name":"Owner"},"user_chat_id":9,"date":1771668000,"is_enabled":true,"rights":{"can_reply":true}}}`,
+	`{"update_id":6,"my_chat_member":{"chat":{"id":42,"type":"private"},"from":{"id":42,"is_bot":false,"first_name":"Ann"},"date":1771668000,"old_chat_member":{"status":"member"},"new_chat_member":{"status":"kicked"}}}`,
+	`{"update_id":7,"callback_query":{"id":"cb1","from":{"id":42,"is_bot":false,"first_name":"Ann"},"message":{"message_id":8,"chat":{"id":42,"type":"private"}},"data":"yes"}}`,
+	`{"update_id":8,"business_message":{"message_id":9,"business_connection_id":"bc-1","chat":{"id":55,"type":"private"},"date":1771668002,"photo":[{"file_id":"f","width":1,"height":1}],"caption":"look"}}`,
+	`{"update_id":9,"poll":{"id":"p"}}`,
+	`{"update_id":10,"message":{"message_id":1,"chat":{"id":1,"type":"private"},"date":99999999999999}}`,
+	`{"update_id":-1}`,
+	`{"update_id":9223372036854775807,"edited_message":{"message_id":1,"chat":{"id":-100,"type":"supergroup","title":"T"},"edit_date":-5}}`,
+	`{"update_id":1,`,
+	`[1,2]`,
+	`{"update_id":"7"}`,
+	`  `,
+}
+
+// envelopeEventTypes are the event types an envelope may carry.
+var envelopeEventTypes = map[EventType]bool{
+	EventMessageCreated: true, EventMessageEdited: true, EventMessageDeleted: true, EventConnectionUpdated: true,
+	EventMembershipUpdated: true, EventCallbackReceived: true, EventUnknown: true,
+}
+
+// FuzzNormalizeTelegram: any body is either refused with ErrBadUpdate or
+// becomes an envelope that keeps the contract's invariants, matches the
+// published v1 schema, and that the inbound role can encode (an envelope it
+// cannot encode would be a 503 that Telegram retries for ever) and the chat
+// role can read back (one it cannot would go straight to the dead letters).
+func FuzzNormalizeTelegram(f *testing.F) {
+	for _, s := range telegramSeeds {
+		f.Add([]byte(s))
+	}
+	receivedAt := time.Date(2026, 2, 21, 10, 0, 0, 123456000, time.UTC)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		env, err := NormalizeTelegram(body, inboxBotID, receivedAt)
+		if err != nil {
+			if !errors.Is(err, ErrBadUpdate) || env != nil {
+				t.Fatalf("refused with %v (envelope %v), want ErrBadUpdate and no envelope", err, env)
+			}
+			return
+		}
+		if env.Version != EnvelopeVersion || env.Provider != ProviderTelegram || env.Direction != DirectionInbound {
+			t.Fatalf("version %d provider %q direction %q", env.Version, env.Provider, env.Direction)
+		}
+		if env.Channel != ChannelTelegramBot && env.Channel != ChannelTelegramBusiness {
+			t.Fatalf("channel %q", env.Channel)
+		}
+		if !envelopeEventTypes[env.EventType] {
+			t.Fatalf("event type %q", env.EventType)
+		}
+		updateID, err := strconv.ParseInt(env.ProviderEventID, 10, 64)
+		if err != nil {
+			t.Fatalf("providerEventId %q is not Telegram's integer update_id", env.ProviderEventID)
+		}
+		if want := fmt.Sprintf("telegram:%d:%d", inboxBotID, updateID); env.IdempotencyKey != want {
+			t.Fatalf("idempotency key %q, want %q", env.IdempotencyKey, want)
+		}
+		if !env.ReceivedAt.Equal(receivedAt) || env.OccurredAt.IsZero() {
+			t.Fatalf("receivedAt %v occurredAt %v", env.ReceivedAt, env.OccurredAt)
+		}
+		if !bytes.Equal(env.PayloadRaw, bytes.TrimSpace(body)) {
+			t.Fatalf("payloadRaw is not the body as received")
+		}
+		raw, err := json.Marshal(env)
+		if err != nil {
+			t.Fatalf("an accepted update gives an envelope that cannot be encoded (the webhook would answer 503 for ever): %v", err)
+		}
+		if err := validateEnvelopeJSON(t, raw); err != nil {
+			t.Fatalf("an accepted update gives an envelope outside the published v1 schema: %v\n%s", err, raw)
+		}
+		back, err := decodeEnvelope(raw)
+		if err != nil {
+			t.Fatalf("the chat role cannot read the envelope back: %v\n%s", err, raw)
+		}
+		if back.IdempotencyKey != env.IdempotencyKey || back.EventType != env.EventType || OrderingKey(back) != OrderingKey(env) {
+			t.Fatalf("the envelope changed on its way through JSON:\n%+v\n%+v", env, back)
+		}
+	})
+}
+
+// fuzzMaxUpdateBytes is the webhook's body cap in the fuzz target, small
+// enough for the fuzzer to cross it.
+const fuzzMaxUpdateBytes = 4 << 10
+
+// FuzzInboundWebhook drives the real webhook handler on a migrated database
+// with any secret header and body: never a 5xx or a panic; a wrong secret is
+// a 401 and a body that is not an update a 4xx JSON error, with nothing
+// stored; a 200 means the envelope is committed on receiver.flow.
+func FuzzInboundWebhook(f *testing.F) {
+	for _, s := range telegramSeeds {
+		f.Add(testSecret, []byte(s))
+	}
+	f.Add("", []byte(telegramSeeds[0]))
+	f.Add(testSecret+"x", []byte(telegramSeeds[1]))
+	f.Add(strings.ToUpper(testSecret), []byte(telegramSeeds[1]))
+	f.Add(testSecret, bytes.Repeat([]byte(" "), fuzzMaxUpdateBytes+1))
+
+	db := storetest.New(f)
+	in := NewInbound(InboundOpts{DB: db, Token: inboxToken, WebhookSecret: testSecret, MaxUpdateBytes: fuzzMaxUpdateBytes})
+	h := fuzzRouter(in.Routes)
+	commits := watchCommits(f, db)
+	f.Fuzz(func(t *testing.T, secret string, body []byte) {
+		before := commits.version(t)
+		rec := fuzzDo(h, http.MethodPost, WebhookPath, http.Header{WebhookSecretHeader: {secret}}, body)
+		refused := checkRefusal(t, "webhook", rec)
+		if secret != testSecret && rec.Code != http.StatusUnauthorized {
+			t.Fatalf("secret %q: %d, want 401", secret, rec.Code)
+		}
+		if refused {
+			if after := commits.version(t); after != before {
+				t.Fatalf("a refused update (%d %s) changed the database", rec.Code, rec.Body)
+			}
+			if _, err := NormalizeTelegram(body, inboxBotID, db.Now()); err == nil && len(body) <= fuzzMaxUpdateBytes && secret == testSecret {
+				t.Fatalf("an update NormalizeTelegram accepts was refused: %d %s", rec.Code, rec.Body)
+			}
+			return
+		}
+		if rec.Code != http.StatusOK || rec.Body.String() != `{"ok":true}` {
+			t.Fatalf("accepted with %d %s, want 200 {\"ok\":true}", rec.Code, rec.Body)
+		}
+		env, err := NormalizeTelegram(body, inboxBotID, db.Now())
+		if err != nil {
+			t.Fatalf("a body NormalizeTelegram refuses was answered 200: %v", err)
+		}
+		var id string
+		err = db.Read.QueryRow(`select k.message_id from queue_keys k join goqite g on g.id = k.message_id
+			where k.queue = ? and k.key = ?`, QueueReceiverFlow, env.IdempotencyKey).Scan(&id)
+		if err != nil {
+			t.Fatalf("answered 200 but %s is not on %s: %v", env.IdempotencyKey, QueueReceiverFlow, err)
+		}
+	})
+}
+
+// FuzzAdminBodies sends any JSON body to the chat platform's operator routes
+// that take one — a reply in a thread and the auto-ack rule — against a
+// database holding one thread: never a 5xx; a 4xx is a JSON error and
+// changes nothing; a 202 reply is a queued message with its send command.
+func FuzzAdminBodies(f *testing.F) {
+	for _, s := range []struct {
+		route  uint8
+		thread int64
+		body   string
+	}{
+		{0, 1, `{"text":"Здравствуйте! Заказ в пути."}`},
+		{0, 1, `{"text":"   "}`},
+		{0, 1, `{"text":""}`},
+		{0, 1, `{"text":null}`},
+		{0, 1, `{"text":1}`},
+		{0, 1, `{"text":"hi","extra":true}`},
+		{0, 1, `{"text":"hi"} {"text":"again"}`},
+		{0, 2, `{"text":"no such thread"}`},
+		{0, 0, `{"text":"thread zero"}`},
+		{0, 1, `{"text":"` + strings.Repeat("я", MaxReplyRunes+1) + `"}`},
+		{0, 1, `{"text":"\ud800"}`},
+		{1, 0, `{"enabled":true,"text":"Мы ответим в течение часа"}`},
+		{1, 0, `{"enabled":true,"text":""}`},
+		{1, 0, `{"enabled":false}`},
+		{1, 0, `{"enabled":"yes"}`},
+		{1, 0, `[]`},
+		{1, 0, ``},
+		{1, 0, `nul`},
+	} {
+		f.Add(s.route, s.thread, []byte(s.body))
+	}
+
+	db := storetest.New(f)
+	admin := NewAdmin(AdminOpts{DB: db})
+	thread := seedThread(f, db)
+	h := fuzzRouter(func(r *mux.Router) { admin.AdminRoutes(r.PathPrefix("/admin/api").Subrouter()) })
+	commits := watchCommits(f, db)
+	f.Fuzz(func(t *testing.T, route uint8, threadID int64, body []byte) {
+		method, path := http.MethodPost, fmt.Sprintf("/admin/api/omni/threads/%d/messages", threadID)
+		if threadID < 0 {
+			path = fmt.Sprintf("/admin/api/omni/threads/%d/messages", uint64(threadID))
+		}
+		if route%2 == 1 {
+			method, path = http.MethodPut, "/admin/api/omni/rules/auto-ack"
+		}
+		before := commits.version(t)
+		rec := fuzzDo(h, method, path, http.Header{"Content-Type": {"application/json"}}, body)
+		if checkRefusal(t, method+" "+path, rec) {
+			if after := commits.version(t); after != before {
+				t.Fatalf("%s %s refused with %d %s but changed the database", method, path, rec.Code, rec.Body)
+			}
+			return
+		}
+		if route%2 == 1 {
+			if rec.Code != http.StatusOK {
+				t.Fatalf("auto-ack answered %d %s", rec.Code, rec.Body)
+			}
+			return
+		}
+		if rec.Code != http.StatusAccepted || ThreadID(threadID) != thread {
+			t.Fatalf("reply in thread %d answered %d %s, want 202 only in thread %d", threadID, rec.Code, rec.Body, thread)
+		}
+		var out struct {
+			MessageID MessageID `json:"messageId"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := db.Read.QueryRow(`select count(*) from omni_messages where id = ? and thread_id = ? and status = ?`,
+			int64(out.MessageID), int64(thread), string(StatusQueued)).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("reply %d answered 202 but is not queued in thread %d (%d rows, %v)", out.MessageID, thread, n, err)
+		}
+	})
+}
+
+// seedThread opens a thread by applying a customer's message through the
+// chat transaction, as the chat role would.
+func seedThread(tb testing.TB, db *store.DB) ThreadID {
+	tb.Helper()
+	env, err := NormalizeTelegram([]byte(telegramSeeds[0]), inboxBotID, db.Now())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d := newChatDomain(db, AutoAckRule{})
+	var res applied
+	if err := db.Tx(context.Background(), func(tx *sql.Tx) error {
+		var err error
+		res, err = d.applyTx(context.Background(), tx, env)
+		return err
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	var id ThreadID
+	if err := db.Read.QueryRow(`select id from omni_threads`).Scan(&id); err != nil {
+		tb.Fatalf("no thread after applying a message (%+v): %v", res, err)
+	}
+	return id
+}
