@@ -182,7 +182,9 @@ func TestBotOutboxConsole(t *testing.T) {
 	if _, err := ob.Ack(ctx, bot.AckRequest{RetryIDs: []bot.EventID{partner}}); err != nil {
 		t.Fatal(err)
 	}
-	row := func(doc *goquery.Document, id bot.EventID) *goquery.Selection { return tid(doc, fmt.Sprint("event-", id)) }
+	row := func(doc *goquery.Document, id bot.EventID) *goquery.Selection {
+		return tid(doc, fmt.Sprint("event-", id))
+	}
 
 	t.Run("the list shows each event's state, and the tabs count them", func(t *testing.T) {
 		doc := c.get(t, "/admin/bot", http.StatusOK)
