@@ -65,9 +65,18 @@ var slugPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
 
 // NormalizeSlug lower-cases a ReferrerUrl and reports whether the result is a
 // valid slug (^[a-z0-9][a-z0-9-]{2,63}$). ReferrerUrl comes from a cookie, so
-// anything else is garbage to be skipped, not an error.
+// anything else is garbage to be skipped, not an error. Only ASCII letters are
+// lower-cased: Unicode's rules would turn "İstanbul" into the slug
+// "istanbul", and the Kelvin sign into a k, so that a value which is no slug
+// would resolve to someone's link.
 func NormalizeSlug(raw string) (string, bool) {
-	s := strings.ToLower(raw)
+	b := []byte(raw)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	s := string(b)
 	return s, slugPattern.MatchString(s)
 }
 
