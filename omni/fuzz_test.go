@@ -54,6 +54,14 @@ func (w *commitWatch) version(tb testing.TB) int64 {
 	return v
 }
 
+// fuzzDB is a migrated database for a fuzz target. Commits skip the fsync:
+// fuzzing checks answers and state, not durability, and wants many runs a
+// second.
+func fuzzDB(tb testing.TB) *store.DB {
+	tb.Helper()
+	return storetest.NewWith(tb, store.Options{Synchronous: store.SyncNormal})
+}
+
 // fuzzRouter is a router with the web package's JSON answers for unmatched
 // routes, so that every answer a fuzz target sees is the app's own.
 func fuzzRouter(mounts ...func(r *mux.Router)) *mux.Router {
@@ -212,7 +220,7 @@ func FuzzInboundWebhook(f *testing.F) {
 	f.Add(strings.ToUpper(testSecret), []byte(telegramSeeds[1]))
 	f.Add(testSecret, bytes.Repeat([]byte(" "), fuzzMaxUpdateBytes+1))
 
-	db := storetest.New(f)
+	db := fuzzDB(f)
 	in := NewInbound(InboundOpts{DB: db, Token: inboxToken, WebhookSecret: testSecret, MaxUpdateBytes: fuzzMaxUpdateBytes})
 	h := fuzzRouter(in.Routes)
 	commits := watchCommits(f, db)
@@ -280,7 +288,7 @@ func FuzzAdminBodies(f *testing.F) {
 		f.Add(s.route, s.thread, []byte(s.body))
 	}
 
-	db := storetest.New(f)
+	db := fuzzDB(f)
 	admin := NewAdmin(AdminOpts{DB: db})
 	thread := seedThread(f, db)
 	h := fuzzRouter(func(r *mux.Router) { admin.AdminRoutes(r.PathPrefix("/admin/api").Subrouter()) })
