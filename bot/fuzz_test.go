@@ -384,3 +384,62 @@ func FuzzOnboardingWebhook(f *testing.F) {
 		}
 	})
 }
+
+// contractBodyRoutes are the /bot/* routes besides the ack that take a JSON
+// body; a fuzz input picks one by index.
+var contractBodyRoutes = []string{
+	"/bot/telegram/bind",
+	"/bot/notification",
+	"/bot/telegram/connect-link",
+	"/bot/telegram/connect-link/redeem",
+}
+
+// FuzzContractBodies posts any body to the other JSON routes of the /bot/*
+// contract — bind, notification, connect link and its redeem — with the
+// bot's secret: never a 5xx; a 4xx is a JSON error and changes nothing.
+func FuzzContractBodies(f *testing.F) {
+	for _, s := range []struct {
+		route uint8
+		body  string
+	}{
+		{0, `{"uid":1,"telegramId":"5001"}`},
+		{0, `{"uid":2,"telegramId":5002}`},
+		{0, `{"uid":1,"telegramId":"1001"}`},
+		{0, `{"uid":0,"telegramId":"1"}`},
+		{0, `{"uid":999,"telegramId":"1"}`},
+		{0, `{"uid":1,"telegramId":"-1"}`},
+		{1, `{"uid":1,"kind":"status","text":"Ваш статус подтверждён","dedupKey":"k1"}`},
+		{1, `{"telegramId":"1001","kind":"dm_fallback","text":"t"}`},
+		{1, `{"uid":1,"telegramId":"1001","kind":"k","text":"t"}`},
+		{1, `{"uid":1,"kind":"","text":""}`},
+		{1, `{"uid":-1,"kind":"k","text":"t"}`},
+		{2, `{"uid":1}`},
+		{2, `{"uid":0}`},
+		{2, `{"uid":999}`},
+		{3, `{"token":"c_abc","telegramId":"5003"}`},
+		{3, `{"token":"","telegramId":"5003"}`},
+		{3, `{"token":"c_abc"}`},
+		{3, `{"token":"` + strings.Repeat("z", 300) + `","telegramId":"1"}`},
+		{3, `null`},
+		{3, `{"token":1}`},
+	} {
+		f.Add(s.route, []byte(s.body))
+	}
+	db, b, h := fuzzOutbox(f)
+	for _, u := range []NewUser{{Link: "leader", Name: "Leader"}, {Link: "member", Name: "Member", TelegramID: "1001"}} {
+		if _, err := b.CreateUser(context.Background(), u); err != nil {
+			f.Fatal(err)
+		}
+	}
+	commits := watchCommits(f, db)
+	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
+		path := contractBodyRoutes[int(route)%len(contractBodyRoutes)]
+		before := commits.version(t)
+		rec := fuzzDo(h, http.MethodPost, path, "", botAuth, body)
+		if checkRefusal(t, "POST "+path, rec) {
+			if after := commits.version(t); after != before {
+				t.Fatalf("POST %s refused with %d %s but changed the database", path, rec.Code, rec.Body)
+			}
+		}
+	})
+}
