@@ -4,6 +4,7 @@
 //	switchyard [serve]   run (the default when no subcommand is given)
 //	switchyard migrate   apply migrations and exit
 //	switchyard publish   append a JSON Lines file to a topic
+//	switchyard backup    write an online backup of the database
 //	switchyard loadtest  load a running instance through its public paths
 //	switchyard version   print the version
 package main
@@ -48,6 +49,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return migrate(ctx, cfg, stdout, stderr)
+	case "backup":
+		return backupCmd(ctx, args, stdout, stderr)
 	case "loadtest":
 		return loadtestCmd(ctx, args, stdout, stderr)
 	case "publish":
@@ -62,6 +65,7 @@ Commands:
   serve     run Switchyard (the default)
   migrate   apply database migrations and exit
   publish   append a JSON Lines file to a topic (switchyard publish --topic T FILE.jsonl)
+  backup    write an online backup of the database (switchyard backup FILE)
   loadtest  drive a running instance through its public paths and report throughput and latency
   version   print the version
 

@@ -69,7 +69,14 @@ var (
 
 func start(t *testing.T, db string, env ...string) *process {
 	t.Helper()
-	cmd := exec.Command(binary(t), "serve", "--db", db, "--addr", "127.0.0.1:0", "--log-format", "json")
+	return startArgs(t, []string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--log-format", "json"}, env)
+}
+
+// startArgs runs the binary with args and extra environment, and waits for
+// its start-up banner.
+func startArgs(t *testing.T, args, env []string) *process {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = io.Discard
 	out, err := cmd.StdoutPipe()
@@ -271,4 +278,25 @@ func TestPublishCommand(t *testing.T) {
 	if out, err := exec.Command(binary(t), "publish", "--db", db, file).CombinedOutput(); err == nil {
 		t.Fatalf("a bad line was published:\n%s", out)
 	}
+}
+
+func TestBackupCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "live.db")
+	p := start(t, db)
+	waitHealthy(t, p.base)
+	dest := filepath.Join(dir, "copy.db")
+	out, err := exec.Command(binary(t), "backup", "--db", db, dest).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "backed up") {
+		t.Fatalf("backup while serving: %v\n%s", err, out)
+	}
+	p.stop(t)
+	// The copy is a whole database: it serves and keeps the first start's token.
+	q := start(t, dest)
+	waitHealthy(t, q.base)
+	if q.token != p.token {
+		t.Fatalf("the backup serves another admin token: %q, want %q", q.token, p.token)
+	}
+	q.stop(t)
 }
