@@ -56,7 +56,8 @@ type Opts struct {
 }
 
 // Server is a fake Telegram Bot API. It serves /bot<TOKEN>/<method> for any
-// number of tokens, each its own bot, and lets tests and the sandbox act as
+// number of bots, each with the token Token(id) (any other token answers 401
+// Unauthorized, as Telegram does), and lets tests and the sandbox act as
 // Telegram users. It is safe for concurrent use.
 type Server struct {
 	opts    Opts
@@ -217,6 +218,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	botID, validToken := telegram.BotIDFromToken(token)
 	if !ok || !validToken || methodName == "" || strings.Contains(methodName, "/") {
 		writeAnswer(w, answer{err: errNotFound})
+		return
+	}
+	if token != Token(botID) {
+		// A wrong secret part is a wrong token, as at Telegram: a client
+		// configured with a typo fails loudly instead of talking to a
+		// phantom bot of its own.
+		writeAnswer(w, answer{err: errUnauthorized})
 		return
 	}
 	p, err := readParams(r)
