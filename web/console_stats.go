@@ -2,8 +2,11 @@ package web
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"switchyard/store"
@@ -38,44 +41,171 @@ func (s *Server) outboxCounts(ctx context.Context) (outboxCounts, error) {
 	return c, nil
 }
 
-// perMinute counts the rows of a table whose timestamp column is at or after
-// since, by minute. table and column are constants of this file, never input.
-func (s *Server) perMinute(ctx context.Context, table, column string, since time.Time, where string) (map[string]int64, error) {
-	q := `select substr(` + column + `, 1, 16), count(*) from ` + table + ` where ` + column + ` >= ?`
-	if where != "" {
-		q += ` and ` + where
-	}
-	q += ` group by substr(` + column + `, 1, 16)`
-	rows, err := s.opts.DB.Read.QueryContext(ctx, q, store.TS(since))
-	if err != nil {
-		return nil, fmt.Errorf("per-minute %s.%s: %w", table, column, err)
-	}
-	defer rows.Close()
-	out := make(map[string]int64)
-	for rows.Next() {
-		var (
-			minute string
-			n      int64
-		)
-		if err := rows.Scan(&minute, &n); err != nil {
-			return nil, err
-		}
-		out[minute] = n
-	}
-	return out, rows.Err()
+// throughput is a table whose rows the console counts per minute by a
+// timestamp column. When the column has no index but grows with the rowid
+// (rows stamped with the store's clock as they are inserted by the one
+// writer), byID finds minute boundaries by binary search over the ids, so a
+// count reads only the rows of its minutes, never the whole table.
+type throughput struct {
+	table, column string
+	where         string // an extra condition; constant, never input
+	byID          bool
 }
 
-// since counts the rows of a table whose timestamp column is at or after t.
-func (s *Server) since(ctx context.Context, table, column string, t time.Time, where string) (int64, error) {
-	q := `select count(*) from ` + table + ` where ` + column + ` >= ?`
-	if where != "" {
-		q += ` and ` + where
+// The console's throughput series.
+var (
+	outboxHandled    = throughput{table: "bot_event_outbox", column: "processed_at"}
+	identityConsumed = throughput{table: "referral_processed_messages", column: "processed_at", byID: true}
+	bondsCreated     = throughput{table: "referral_bonds", column: "created_at"}
+	chatInbound      = throughput{table: "omni_messages", column: "created_at", where: "direction = 'inbound'", byID: true}
+	chatOutbound     = throughput{table: "omni_messages", column: "created_at", where: "direction = 'outbound'", byID: true}
+)
+
+// finalAfter is how long after a minute ends its count is taken as final
+// (a transaction stamped inside the minute may commit a little later).
+const finalAfter = 5 * time.Second
+
+// minuteCache keeps the counts of finished minutes, so a poll counts only
+// the current minute's rows.
+type minuteCache struct {
+	mu     sync.Mutex
+	counts map[throughput]map[string]int64
+}
+
+func (c *minuteCache) get(tp throughput, minute string) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.counts[tp][minute]
+	return n, ok
+}
+
+func (c *minuteCache) put(tp throughput, minute string, n int64, oldest string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts == nil {
+		c.counts = make(map[throughput]map[string]int64)
+	}
+	m := c.counts[tp]
+	if m == nil {
+		m = make(map[string]int64)
+		c.counts[tp] = m
+	}
+	m[minute] = n
+	for k := range m {
+		if k < oldest {
+			delete(m, k)
+		}
+	}
+}
+
+// perMinute counts tp's rows in each of the chart's minutes up to now's.
+func (s *Server) perMinute(ctx context.Context, tp throughput, now time.Time) (map[string]int64, error) {
+	start := chartStart(now)
+	out := make(map[string]int64, chartMinutes)
+	for i := range chartMinutes {
+		from := start.Add(time.Duration(i) * time.Minute)
+		key := minuteKey(from)
+		if n, ok := s.minutes.get(tp, key); ok {
+			out[key] = n
+			continue
+		}
+		n, err := s.countBetween(ctx, tp, from, from.Add(time.Minute))
+		if err != nil {
+			return nil, err
+		}
+		out[key] = n
+		if now.Sub(from) >= time.Minute+finalAfter {
+			s.minutes.put(tp, key, n, minuteKey(start))
+		}
+	}
+	return out, nil
+}
+
+// since counts tp's rows stamped at or after t.
+func (s *Server) since(ctx context.Context, tp throughput, t time.Time) (int64, error) {
+	return s.countBetween(ctx, tp, t, time.Time{})
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(store.TimeLayout) }
+
+// countBetween counts tp's rows stamped in [from, to); a zero to has no end.
+func (s *Server) countBetween(ctx context.Context, tp throughput, from, to time.Time) (int64, error) {
+	var (
+		q    string
+		args []any
+	)
+	if tp.byID {
+		lo, err := s.firstIDAt(ctx, tp, from)
+		if err != nil {
+			return 0, err
+		}
+		q, args = `select count(*) from `+tp.table+` where id >= ?`, []any{lo}
+		if !to.IsZero() {
+			hi, err := s.firstIDAt(ctx, tp, to)
+			if err != nil {
+				return 0, err
+			}
+			if hi <= lo {
+				return 0, nil
+			}
+			q, args = q+` and id < ?`, append(args, hi)
+		}
+	} else {
+		q, args = `select count(*) from `+tp.table+` where `+tp.column+` >= ?`, []any{stamp(from)}
+		if !to.IsZero() {
+			q, args = q+` and `+tp.column+` < ?`, append(args, stamp(to))
+		}
+	}
+	if tp.where != "" {
+		q += ` and ` + tp.where
 	}
 	var n int64
-	if err := s.opts.DB.Read.QueryRowContext(ctx, q, store.TS(t)).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count %s since: %w", table, err)
+	if err := s.opts.DB.Read.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count %s.%s: %w", tp.table, tp.column, err)
 	}
 	return n, nil
+}
+
+// firstIDAt is the smallest id from which tp's rows are stamped at or after
+// t (one past the last id when none is): a binary search over the ids, one
+// indexed lookup per step.
+func (s *Server) firstIDAt(ctx context.Context, tp throughput, t time.Time) (int64, error) {
+	// Two queries: SQLite answers min(id) or max(id) alone from the b-tree's
+	// edge, but both in one select scan the table.
+	var lo, hi sql.NullInt64
+	if err := s.opts.DB.Read.QueryRowContext(ctx, `select min(id) from `+tp.table).Scan(&lo); err != nil {
+		return 0, fmt.Errorf("id range of %s: %w", tp.table, err)
+	}
+	if err := s.opts.DB.Read.QueryRowContext(ctx, `select max(id) from `+tp.table).Scan(&hi); err != nil {
+		return 0, fmt.Errorf("id range of %s: %w", tp.table, err)
+	}
+	if !lo.Valid {
+		return 1, nil
+	}
+	want := stamp(t)
+	l, h := lo.Int64, hi.Int64+1
+	for l < h {
+		mid := l + (h-l)/2
+		var (
+			id int64
+			at string
+		)
+		err := s.opts.DB.Read.QueryRowContext(ctx,
+			`select id, `+tp.column+` from `+tp.table+` where id >= ? order by id limit 1`, mid).Scan(&id, &at)
+		if errors.Is(err, sql.ErrNoRows) {
+			h = mid
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("search %s: %w", tp.table, err)
+		}
+		if at >= want {
+			h = mid // no row between mid and id: the first one at or after t is at most mid
+		} else {
+			l = id + 1
+		}
+	}
+	return l, nil
 }
 
 func (s *Server) scalar(ctx context.Context, q string, args ...any) (int64, error) {

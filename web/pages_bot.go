@@ -272,7 +272,7 @@ func (s *Server) botPage(w http.ResponseWriter, r *http.Request) {
 		s.failed(w, r, "bot", err)
 		return
 	}
-	if m.PerMinute, err = s.since(ctx, "bot_event_outbox", "processed_at", now.Add(-time.Minute), ""); err != nil {
+	if m.PerMinute, err = s.since(ctx, outboxHandled, now.Add(-time.Minute)); err != nil {
 		s.failed(w, r, "bot", err)
 		return
 	}
@@ -483,11 +483,15 @@ func toFunnelRow(f bot.Funnel) funnelRow {
 			leader += " (" + f.LeaderCode + ")"
 		}
 	}
-	return funnelRow{
+	row := funnelRow{
 		TelegramID: string(f.TelegramID), Href: "/admin/bot/users/" + url.PathEscape(string(f.TelegramID)),
-		UID: uidText(f.UID), Stage: f.Stage.String(), Leader: leader, Bind: string(f.BindState),
+		UID: "—", Stage: f.Stage.String(), Leader: leader, Bind: string(f.BindState),
 		LeftLeader: f.LeftLeaderAt != nil, Updated: when(f.UpdatedAt),
 	}
+	if f.UID != nil {
+		row.UID = "uid " + uidText(f.UID)
+	}
+	return row
 }
 
 func (s *Server) botFunnel(w http.ResponseWriter, r *http.Request) {

@@ -97,10 +97,10 @@ func (s *Server) botSummary(ctx context.Context, now time.Time) (botSummary, err
 		return b, err
 	}
 	b.Pending, b.Retrying, b.Dead = c.Pending, c.Retrying, c.Dead
-	if b.PerMinute, err = s.since(ctx, "bot_event_outbox", "processed_at", now.Add(-time.Minute), ""); err != nil {
+	if b.PerMinute, err = s.since(ctx, outboxHandled, now.Add(-time.Minute)); err != nil {
 		return b, err
 	}
-	handled, err := s.perMinute(ctx, "bot_event_outbox", "processed_at", chartStart(now), "")
+	handled, err := s.perMinute(ctx, outboxHandled, now)
 	if err != nil {
 		return b, err
 	}
@@ -115,14 +115,14 @@ func (s *Server) referralSummary(ctx context.Context, now time.Time) (referralSu
 	if ref.Bonds, err = s.scalar(ctx, `select count(*) from referral_bonds`); err != nil {
 		return ref, err
 	}
-	if ref.PerMinute, err = s.since(ctx, "referral_processed_messages", "processed_at", now.Add(-time.Minute), ""); err != nil {
+	if ref.PerMinute, err = s.since(ctx, identityConsumed, now.Add(-time.Minute)); err != nil {
 		return ref, err
 	}
-	consumed, err := s.perMinute(ctx, "referral_processed_messages", "processed_at", chartStart(now), "")
+	consumed, err := s.perMinute(ctx, identityConsumed, now)
 	if err != nil {
 		return ref, err
 	}
-	bonds, err := s.perMinute(ctx, "referral_bonds", "created_at", chartStart(now), "")
+	bonds, err := s.perMinute(ctx, bondsCreated, now)
 	if err != nil {
 		return ref, err
 	}
@@ -145,17 +145,17 @@ func (s *Server) chatSummary(ctx context.Context, now time.Time) (chatSummary, e
 	}
 	c.Open, c.Unread, c.Failed = cc.Open, cc.Unread, cc.Failed
 	minuteAgo := now.Add(-time.Minute)
-	if c.InboundPerMin, err = s.since(ctx, "omni_messages", "created_at", minuteAgo, "direction = 'inbound'"); err != nil {
+	if c.InboundPerMin, err = s.since(ctx, chatInbound, minuteAgo); err != nil {
 		return c, err
 	}
-	if c.OutPerMin, err = s.since(ctx, "omni_messages", "created_at", minuteAgo, "direction = 'outbound'"); err != nil {
+	if c.OutPerMin, err = s.since(ctx, chatOutbound, minuteAgo); err != nil {
 		return c, err
 	}
-	in, err := s.perMinute(ctx, "omni_messages", "created_at", chartStart(now), "direction = 'inbound'")
+	in, err := s.perMinute(ctx, chatInbound, now)
 	if err != nil {
 		return c, err
 	}
-	out, err := s.perMinute(ctx, "omni_messages", "created_at", chartStart(now), "direction = 'outbound'")
+	out, err := s.perMinute(ctx, chatOutbound, now)
 	if err != nil {
 		return c, err
 	}

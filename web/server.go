@@ -70,6 +70,8 @@ type Server struct {
 	log     *slog.Logger
 	auth    *auth
 	handler http.Handler
+	// minutes caches the console's per-minute counts of finished minutes.
+	minutes minuteCache
 }
 
 // New builds the router and its middleware.

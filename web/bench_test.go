@@ -1,0 +1,130 @@
+package web_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"switchyard/bot"
+	"switchyard/queue"
+	"switchyard/store"
+	"switchyard/store/storetest"
+	"switchyard/web"
+)
+
+// BenchmarkOverviewPoll measures one live refresh of the Overview (the htmx
+// fragment every open console asks for every two seconds) on a database
+// that handled `rows` outbox events, identity events and chat messages in
+// the last 30 minutes, against the same request on an empty database in the
+// same run:
+//
+//	go test -run '^$' -bench BenchmarkOverviewPoll -benchtime 50x ./web/
+func BenchmarkOverviewPoll(b *testing.B) {
+	var baseline float64
+	for _, rows := range []int{0, 10_000, 50_000} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			db := storetest.NewWith(b, store.Options{Synchronous: store.SyncNormal})
+			seedThroughput(b, db, rows)
+			h := web.New(web.Options{DB: db, AdminToken: adminToken, Outbox: bot.NewOutbox(bot.OutboxOpts{DB: db}),
+				Queues: queue.NewAdmin(queue.AdminOpts{DB: db})})
+			cookie := sessionCookie(b, h)
+			b.ResetTimer()
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodGet, "/admin", nil)
+				req.Header.Set("HX-Request", "true")
+				req.AddCookie(cookie)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "bot-per-minute") {
+					b.Fatalf("status %d", rec.Code)
+				}
+			}
+			perOp := float64(b.Elapsed().Microseconds()) / float64(b.N)
+			if rows == 0 {
+				baseline = perOp
+			} else if baseline > 0 {
+				b.ReportMetric(perOp/baseline, "x-empty-db")
+			}
+		})
+	}
+}
+
+func sessionCookie(b *testing.B, h http.Handler) *http.Cookie {
+	b.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/admin/login", strings.NewReader(url.Values{"token": {adminToken}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == "switchyard_session" {
+			return c
+		}
+	}
+	b.Fatalf("login: status %d, no session cookie", rec.Code)
+	return nil
+}
+
+// seedThroughput writes n handled outbox events (through the outbox), n
+// consumed identity events and n chat messages over the last 30 minutes.
+func seedThroughput(b *testing.B, db *store.DB, n int) {
+	b.Helper()
+	if n == 0 {
+		return
+	}
+	ctx := context.Background()
+	ob := bot.NewOutbox(bot.OutboxOpts{DB: db})
+	ids := make([]bot.EventID, 0, n)
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
+		for i := range n {
+			id, err := ob.EmitTx(ctx, tx, bot.NewEvent{Type: bot.EventWalletConnected, Target: bot.Target{TelegramID: bot.TelegramID(fmt.Sprint(1000 + i%500))}})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for len(ids) > 0 {
+		k := min(len(ids), 10_000)
+		if _, err := ob.Ack(ctx, bot.AckRequest{ProcessedIDs: ids[:k]}); err != nil {
+			b.Fatal(err)
+		}
+		ids = ids[k:]
+	}
+	now := db.Now()
+	err = db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.Exec(`insert into omni_contacts (provider, provider_user_id, created_at, updated_at) values ('telegram', '1', ?, ?)`,
+			store.TS(now), store.TS(now)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(`insert into omni_threads (contact_id, channel, bot_id, chat_id, state, created_at, updated_at)
+			values (1, 'telegram_bot', '1', '1', 'open', ?, ?)`, store.TS(now), store.TS(now)); err != nil {
+			return err
+		}
+		for i := range n {
+			at := store.TS(now.Add(-time.Duration(i%1800) * time.Second))
+			if _, err := tx.Exec(`insert into referral_processed_messages (mark, user_id, outcome, processed_at) values (?, 'u', 'R1', ?)`,
+				fmt.Sprint("m", i), at); err != nil {
+				return err
+			}
+			dir := []string{"inbound", "outbound"}[i%2]
+			if _, err := tx.Exec(`insert into omni_messages (thread_id, seq, direction, origin, kind, text, status, created_at, updated_at)
+				values (1, ?, ?, 'provider', 'text', 'hi', 'received', ?, ?)`, i+1, dir, at, at); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
