@@ -29,8 +29,12 @@ func TestCrashSuite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the crash suite takes minutes; it runs without -short (and always in CI)")
 	}
-	t.Run("kill -9 under mixed load, five rounds", func(t *testing.T) { crashRounds(t, nil) })
+	t.Run("kill -9 under mixed load, five rounds", func(t *testing.T) {
+		t.Parallel()
+		crashRounds(t, nil)
+	})
 	t.Run("kill -9 under mixed load while Telegram fails at random", func(t *testing.T) {
+		t.Parallel()
 		crashRounds(t, []fakebot.Fault{
 			{Kind: fakebot.FaultTooManyRequests, Method: "sendMessage", RetryAfter: time.Second, Probability: 0.1},
 			{Kind: fakebot.FaultServerError, Method: "sendMessage", Probability: 0.1},
@@ -127,7 +131,7 @@ func crashRounds(t *testing.T, faults []fakebot.Fault) {
 	fake.ClearFaults()
 
 	// Drain: a send claimed when the process died is retried once its claim
-	// (one minute) runs out, so allow for that.
+	// (30 s) runs out, so allow for that.
 	v := &verifier{t: t, base: base}
 	deadline := time.Now().Add(150 * time.Second)
 	for !v.drained(acc) {

@@ -38,8 +38,10 @@ const (
 
 const (
 	// claimTTL is how long a sender owns a claimed record; a sender that died
-	// with a claim leaves the record to be retried after it.
-	claimTTL = time.Minute
+	// with a claim leaves the record to be retried after it. Twice the
+	// longest Bot API call (telegram.DefaultRequestTimeout), so a live sender
+	// never loses a claim mid-call.
+	claimTTL = 2 * telegram.DefaultRequestTimeout
 	// senderWorkers is how many calls one process makes at once (across chats).
 	senderWorkers = 8
 	// senderIdleCheck bounds the sender's sleep when nothing is due.
