@@ -4,6 +4,7 @@
 //	switchyard [serve]   run (the default when no subcommand is given)
 //	switchyard migrate   apply migrations and exit
 //	switchyard publish   append a JSON Lines file to a topic
+//	switchyard demo      serve on the sandbox with simulated traffic
 //	switchyard backup    write an online backup of the database
 //	switchyard loadtest  load a running instance through its public paths
 //	switchyard version   print the version
@@ -55,6 +56,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return loadtestCmd(ctx, args, stdout, stderr)
 	case "publish":
 		return publishCmd(ctx, args, stdout, stderr)
+	case "demo":
+		return demoCmd(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "switchyard", version())
 		return nil
@@ -65,6 +68,7 @@ Commands:
   serve     run Switchyard (the default)
   migrate   apply database migrations and exit
   publish   append a JSON Lines file to a topic (switchyard publish --topic T FILE.jsonl)
+  demo      serve on the sandbox with simulated traffic on all three flows (--rate, --duration)
   backup    write an online backup of the database (switchyard backup FILE)
   loadtest  drive a running instance through its public paths and report throughput and latency
   version   print the version

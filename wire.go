@@ -196,6 +196,12 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 		wo.Sandbox = &web.Sandbox{Server: sandbox, OnboardingBotID: sandboxOnboarding, ChatBotID: sandboxOmni}
 	}
 
+	// Demo (demo.go): with both bots on the sandbox, seed the database once
+	// it serves, and run the simulator under `switchyard demo`.
+	if dw := newDemoWorker(ctx, cfg, sec, u, sandbox, log); dw != nil {
+		a.workers = append(a.workers, dw)
+	}
+
 	a.handler = web.New(wo)
 	return a, nil
 }
