@@ -95,9 +95,10 @@ type Opts struct {
 	// without the bot role, or the two consumers share the events.
 	Consume bool
 	// Customers is how many Telegram customers write to the business inbox
-	// (default 50); Users how many identity users are upserted (default:
-	// a new one per request).
-	Customers int
+	// (default 50); OutboxUsers how many Telegram users outbox events name
+	// (default 1000). Identity events upsert a new user per request.
+	Customers   int
+	OutboxUsers int
 	// Drain is how long to wait after the load for consumers to catch up
 	// (default 30 s).
 	Drain time.Duration
@@ -236,6 +237,9 @@ func Run(ctx context.Context, opts Opts) (Report, error) {
 	}
 	if opts.Customers <= 0 {
 		opts.Customers = 50
+	}
+	if opts.OutboxUsers <= 0 {
+		opts.OutboxUsers = 1000
 	}
 	if opts.Drain <= 0 {
 		opts.Drain = 30 * time.Second

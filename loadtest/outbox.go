@@ -17,6 +17,7 @@ import (
 type outboxGen struct {
 	api     *client
 	runID   int64
+	users   int64
 	consume bool
 	backend *bot.BackendClient
 
@@ -29,7 +30,7 @@ func OutboxTelegramID(i int64) string { return strconv.FormatInt(7_100_000_000+i
 
 func newOutboxGen(api *client, opts Opts) *outboxGen {
 	return &outboxGen{
-		api: api, runID: opts.RunID, consume: opts.Consume,
+		api: api, runID: opts.RunID, users: int64(opts.OutboxUsers), consume: opts.Consume,
 		backend: bot.NewBackendClient(opts.BaseURL, opts.BotSecret, opts.Client),
 		emitted: map[bot.EventID]time.Time{},
 	}
@@ -38,7 +39,7 @@ func newOutboxGen(api *client, opts Opts) *outboxGen {
 func (g *outboxGen) prepare(context.Context) error { return nil }
 
 func (g *outboxGen) send(ctx context.Context, n int64) (Item, error) {
-	tg := OutboxTelegramID(n % 1000)
+	tg := OutboxTelegramID(n % g.users)
 	payload, _ := json.Marshal(map[string]int64{"loadtestRun": g.runID, "n": n})
 	var out bot.EmitResponse
 	err := g.api.adminDo(ctx, http.MethodPost, "/admin/api/bot/events", bot.EmitRequest{

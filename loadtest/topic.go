@@ -149,4 +149,3 @@ func GroupLag(ctx context.Context, api *client, topic, group string) (int64, err
 	}
 	return 0, fmt.Errorf("group %s not found on %s", group, topic)
 }
-
