@@ -203,7 +203,9 @@ func TestFullDatabase(t *testing.T) {
 		}
 		runWorker(t, NewChat(ChatOpts{DB: db, DisableAutoAck: true, PollInterval: 20 * time.Millisecond, Retry: fast}))
 		eventually(t, 20*time.Second, func() bool { return count(t, db, `select count(*) from omni_messages`) == n },
-			func() string { return fmt.Sprintf("%d of %d messages applied", count(t, db, `select count(*) from omni_messages`), n) })
+			func() string {
+				return fmt.Sprintf("%d of %d messages applied", count(t, db, `select count(*) from omni_messages`), n)
+			})
 		checkChatOrder(t, db, n)
 		t.Logf("%d of %d updates refused with 503 while full, all %d applied once room was back", len(refused), n, n)
 	})
