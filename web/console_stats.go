@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"switchyard/referral"
 	"switchyard/store"
 )
 
@@ -56,9 +57,11 @@ type throughput struct {
 var (
 	outboxHandled    = throughput{table: "bot_event_outbox", column: "processed_at"}
 	identityConsumed = throughput{table: "referral_processed_messages", column: "processed_at", byID: true}
-	bondsCreated     = throughput{table: "referral_bonds", column: "created_at"}
-	chatInbound      = throughput{table: "omni_messages", column: "created_at", where: "direction = 'inbound'", byID: true}
-	chatOutbound     = throughput{table: "omni_messages", column: "created_at", where: "direction = 'outbound'", byID: true}
+	// A bond commits with its message's mark, whose outcome is R1.
+	bondsCreated = throughput{table: "referral_processed_messages", column: "processed_at",
+		where: "outcome = '" + string(referral.OutcomeR1) + "'", byID: true}
+	chatInbound  = throughput{table: "omni_messages", column: "created_at", where: "direction = 'inbound'", byID: true}
+	chatOutbound = throughput{table: "omni_messages", column: "created_at", where: "direction = 'outbound'", byID: true}
 )
 
 // finalAfter is how long after a minute ends its count is taken as final
