@@ -10,6 +10,7 @@
 //	00005 bot: the onboarding bot's own tables
 //	00006 referral
 //	00007 omni
+//	00008 indexes the console's live counts use
 package migrations
 
 import "embed"
