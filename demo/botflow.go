@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mymmrac/telego"
 
@@ -48,7 +49,7 @@ func (s *sim) botJourney(ctx context.Context) error {
 	if _, err := s.onboarding.Start(user, s.cast.Leaders[li].Code); err != nil {
 		return failed("open the bot with a leader's link", err)
 	}
-	greeting, err := s.botSays(ctx, tg, at, withButton(buttonSignup))
+	greeting, err := s.botSays(ctx, tg, at, withButton(buttonSignup), stepTimeout)
 	if err != nil {
 		return failed("greeting", err)
 	}
@@ -86,7 +87,7 @@ func (s *sim) botJourney(ctx context.Context) error {
 	if _, err := s.onboarding.Start(user, link.StartParam); err != nil {
 		return failed("open the connect link", err)
 	}
-	if _, err := s.botSays(ctx, tg, at, withButton(buttonWallet)); err != nil {
+	if _, err := s.botSays(ctx, tg, at, withButton(buttonWallet), stepTimeout); err != nil {
 		return failed("account found", err)
 	}
 	if err := s.pause(ctx); err != nil {
@@ -100,7 +101,7 @@ func (s *sim) botJourney(ctx context.Context) error {
 	}
 	bu := &botUser{tg: tg, uid: u.UID, code: code, wallet: true}
 	bind := buttonBind + strconv.FormatInt(u.UID, 10)
-	prompt, err := s.botSays(ctx, tg, at, withButton(bind))
+	prompt, err := s.botSays(ctx, tg, at, withButton(bind), stepTimeout)
 	if err != nil {
 		return failed("confirm prompt", err)
 	}
@@ -166,7 +167,7 @@ func (s *sim) pressAndWait(ctx context.Context, user telego.User, msg fakebot.Me
 	if _, err := s.onboarding.Press(user, msg.ID, data); err != nil {
 		return fakebot.MessageView{}, err
 	}
-	return s.botSays(ctx, user.ID, at, want)
+	return s.botSays(ctx, user.ID, at, want, stepTimeout)
 }
 
 // lastMessage is the id of the newest message in the user's chat with the
@@ -180,9 +181,9 @@ func (s *sim) lastMessage(chat int64) int {
 }
 
 // botSays waits until the onboarding bot wrote a message after message
-// after in the chat that satisfies want.
-func (s *sim) botSays(ctx context.Context, chat int64, after int, want func(fakebot.MessageView) bool) (fakebot.MessageView, error) {
-	wctx, cancel := context.WithTimeout(ctx, stepTimeout)
+// after in the chat that satisfies want, at most within.
+func (s *sim) botSays(ctx context.Context, chat int64, after int, want func(fakebot.MessageView) bool, within time.Duration) (fakebot.MessageView, error) {
+	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	var got fakebot.MessageView
 	err := s.opts.Sandbox.WaitUntil(wctx, func() bool {

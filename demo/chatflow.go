@@ -21,14 +21,9 @@ func (s *sim) chatJourney(ctx context.Context) error {
 	if s.chance(0.12) {
 		return s.directCustomer()
 	}
-	s.mu.Lock()
-	n := len(s.led.customers)
-	s.mu.Unlock()
-	var c *customer
-	if n < 3 || (n < maxCustomers && s.chance(0.35)) {
+	c := s.someCustomer()
+	if c == nil {
 		c = s.newCustomer(s.cast.BusinessConnectionID)
-	} else {
-		c = s.someCustomer()
 	}
 	text := customerTexts[s.intn(len(customerTexts))]
 	m, err := s.inbox.BusinessMessage(s.cast.BusinessConnectionID, c.user(), text)
@@ -70,7 +65,9 @@ func (s *sim) newCustomer(conn string) *customer {
 	return c
 }
 
-// someCustomer picks a business customer of this run.
+// someCustomer picks a business customer of this run who wrote before, or
+// nil for a new one: while there are fewer than three, and a third of the
+// time until there are maxCustomers.
 func (s *sim) someCustomer() *customer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -82,6 +79,9 @@ func (s *sim) someCustomer() *customer {
 	}
 	s.rngMu.Lock()
 	defer s.rngMu.Unlock()
+	if len(pool) < 3 || (len(pool) < maxCustomers && s.rng.Float64() < 0.35) {
+		return nil
+	}
 	return pool[s.rng.IntN(len(pool))]
 }
 

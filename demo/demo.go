@@ -151,6 +151,9 @@ func (c *Controller) prepare(ctx context.Context, rate float64) (*sim, error) {
 	if err := s.baseline(ctx); err != nil {
 		return nil, fmt.Errorf("demo: prepare: %w", err)
 	}
+	if err := s.preflight(ctx); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -122,6 +122,7 @@ func (s *sim) start() {
 func (s *sim) arrive() {
 	t := time.NewTimer(0)
 	defer t.Stop()
+	next := time.Now()
 	for n := 0; ; n++ {
 		select {
 		case <-s.actx.Done():
@@ -145,8 +146,14 @@ func (s *sim) arrive() {
 				s.journey(f)
 			})
 		}
-		gap := time.Duration(float64(time.Second) / s.currentRate() * (0.8 + 0.4*s.float()))
-		t.Reset(gap)
+		// The schedule is kept in absolute time, so a late wake-up (a busy
+		// machine) does not lower the rate; a stall of over a second is not
+		// made up in a burst.
+		next = next.Add(time.Duration(float64(time.Second) / s.currentRate() * (0.8 + 0.4*s.float())))
+		if now := time.Now(); next.Before(now.Add(-time.Second)) {
+			next = now
+		}
+		t.Reset(time.Until(next))
 	}
 }
 
@@ -279,4 +286,32 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// preflightWait bounds how long the simulator waits for the onboarding bot
+// to answer before its first arrival.
+const preflightWait = 15 * time.Second
+
+// ErrBotsDeaf is a sandbox whose onboarding bot does not answer.
+var ErrBotsDeaf = errors.New("demo: the onboarding bot does not answer in the sandbox. " +
+	"If this database served an earlier process, the bots' saved update offsets may be ahead of this process's " +
+	"fresh sandbox, which numbers updates from 1 again; start the demo on a new --db file")
+
+// preflight waits until the onboarding bot answered a seeded leader, so a
+// sandbox whose bots hear nothing fails at once with the likely reason
+// instead of every journey timing out.
+func (s *sim) preflight(ctx context.Context) error {
+	for _, l := range s.cast.Leaders {
+		if l.TelegramID == 0 || l.Blocked {
+			continue
+		}
+		if _, err := s.botSays(ctx, l.TelegramID, 0, anyMessage, preflightWait); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return ErrBotsDeaf
+		}
+		return nil
+	}
+	return nil
 }

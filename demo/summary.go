@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -107,16 +106,14 @@ func (s Summary) Write(w io.Writer) {
 		fmt.Fprintf(w, ", %d skipped (too many in flight)", s.Skipped)
 	}
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  flow\tstarted\tcompleted\tfailed\t")
 	flows := []struct {
 		name string
 		f    FlowStats
 	}{{"bot outbox", s.Bot}, {"referral", s.Referral}, {"chat", s.Chat}}
+	fmt.Fprintf(w, "  %-12s %8s %10s %7s\n", "flow", "started", "completed", "failed")
 	for _, fl := range flows {
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t\n", fl.name, fl.f.Started, fl.f.Completed, fl.f.Failed)
+		fmt.Fprintf(w, "  %-12s %8d %10d %7d\n", fl.name, fl.f.Started, fl.f.Completed, fl.f.Failed)
 	}
-	tw.Flush()
 	for _, fl := range flows {
 		if fl.f.Detail != "" {
 			fmt.Fprintf(w, "  %s: %s\n", fl.name, fl.f.Detail)
