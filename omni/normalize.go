@@ -221,8 +221,8 @@ func NormalizeTelegram(body []byte, botID int64, receivedAt time.Time) (*Envelop
 const maxIDLength = 256
 
 // checkContract refuses an update whose envelope would break the published
-// v1 schema — a business update without its connection id, an empty or
-// oversized string id — which Telegram never sends and the chat role could
+// v1 schema — a business update without its connection id, a deletion of
+// no messages, an empty or oversized string id — which Telegram never sends and the chat role could
 // only dead-letter; refusing it at the webhook makes it a 400 that changes
 // nothing.
 func checkContract(env *Envelope) error {
@@ -230,6 +230,9 @@ func checkContract(env *Envelope) error {
 		return err
 	}
 	n := &env.PayloadNormalized
+	if env.EventType == EventMessageDeleted && len(n.DeletedMessageIDs) == 0 {
+		return fmt.Errorf("deleted_business_messages names no message_ids")
+	}
 	type id struct{ field, value string }
 	var ids []id
 	if n.BusinessConnectionID != "" {
