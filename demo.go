@@ -13,6 +13,7 @@ import (
 
 	"switchyard/demo"
 	"switchyard/telegram/fakebot"
+	"switchyard/web"
 )
 
 // demoRun is what `switchyard demo` asks of the process it serves: traffic at
@@ -216,4 +217,44 @@ func (w *demoWorker) Run(ctx context.Context) error {
 	w.run.done(sum, err)
 	<-ctx.Done()
 	return nil
+}
+
+// demoSwitch adapts the simulator's Controller to the console's switch.
+type demoSwitch struct {
+	ctl *demo.Controller
+	log *slog.Logger
+}
+
+func (d demoSwitch) StartTraffic(ctx context.Context, rate float64) error {
+	return d.ctl.Start(ctx, rate)
+}
+
+// StopTraffic ends arrivals; the drain and the invariant check run on, and
+// their verdict shows as the last run.
+func (d demoSwitch) StopTraffic() {
+	go func() {
+		sum, err := d.ctl.Stop(context.Background())
+		if err != nil {
+			d.log.Warn("demo traffic stop", slog.Any("err", err))
+			return
+		}
+		d.log.Info("demo traffic stopped", slog.Int("arrivals", sum.Arrivals), slog.Bool("invariants_held", sum.OK()))
+	}()
+}
+
+func (d demoSwitch) TrafficStatus() web.DemoStatus {
+	st := d.ctl.Status()
+	out := web.DemoStatus{
+		Running: st.Running, Stopping: st.Stopping, Rate: st.Rate, Elapsed: st.Elapsed, InFlight: st.InFlight,
+		Started: st.Bot.Started + st.Referral.Started + st.Chat.Started,
+		Failed:  st.Bot.Failed + st.Referral.Failed + st.Chat.Failed,
+	}
+	if st.Last != nil {
+		verdict := "every invariant held"
+		if !st.Last.OK() {
+			verdict = "an invariant failed (see the log)"
+		}
+		out.Last = fmt.Sprintf("%d arrivals in %s at %g/s; %s", st.Last.Arrivals, st.Last.Elapsed.Round(time.Second), st.Last.Rate, verdict)
+	}
+	return out
 }

@@ -85,8 +85,15 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	)
 	sandboxURL := func() string {
 		if sandbox == nil {
-			sandbox = fakebot.New(fakebot.Opts{BasePath: sandboxPath, Log: log.With(slog.String("subsystem", "sandbox"))})
+			// Update ids start from the clock: the bots remember the ids they
+			// saw (offsets, dedup keys) across restarts; the fake does not.
+			sandbox = fakebot.New(fakebot.Opts{
+				BasePath: sandboxPath, Log: log.With(slog.String("subsystem", "sandbox")),
+				FirstUpdateID: fakebot.UpdateIDFromClock(),
+			})
 			a.closers = append(a.closers, sandbox.Close)
+			// Its long polls end when the server starts shutting down.
+			a.onShutdown = append(a.onShutdown, sandbox.Close)
 			wo.Public = append(wo.Public, func(r *mux.Router) { r.PathPrefix(sandboxPath + "/").Handler(sandbox) })
 		}
 		return u.self + sandboxPath
@@ -200,6 +207,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	// it serves, and run the simulator under `switchyard demo`.
 	if dw := newDemoWorker(ctx, cfg, sec, u, sandbox, log); dw != nil {
 		a.workers = append(a.workers, dw)
+		wo.Demo = demoSwitch{ctl: dw.Controller(), log: log.With(slog.String("subsystem", "demo"))}
 	}
 
 	a.handler = web.New(wo)

@@ -28,6 +28,8 @@ const liveFragment = "live"
 func (s *Server) consoleRoutes(r *mux.Router) {
 	get := func(path string, h http.HandlerFunc) { r.HandleFunc(path, h).Methods(http.MethodGet, http.MethodHead) }
 	post := func(path string, h http.HandlerFunc) { r.HandleFunc(path, h).Methods(http.MethodPost) }
+	post("/demo/start", s.demoStart)
+	post("/demo/stop", s.demoStop)
 
 	get("", s.overview)
 	get("/", s.overview)

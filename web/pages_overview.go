@@ -23,6 +23,8 @@ type overviewModel struct {
 	Queues   []queueRow
 	// QueueDepth and QueueDead sum every queue.
 	QueueDepth, QueueDead int64
+	// Demo is the simulator's state; nil when this process has none.
+	Demo *DemoStatus
 }
 
 // botSummary is the bot outbox's card.
@@ -73,6 +75,10 @@ func (s *Server) overviewModel(r *http.Request) (overviewModel, error) {
 	st, _ := s.queueStats(r)
 	m.Queues = toQueueRows(st)
 	m.QueueDepth, m.QueueDead = queueTotals(m.Queues)
+	if s.opts.Demo != nil {
+		st := s.opts.Demo.TrafficStatus()
+		m.Demo = &st
+	}
 
 	var err error
 	if m.Bot, err = s.botSummary(ctx, now); err != nil {

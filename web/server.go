@@ -62,6 +62,8 @@ type Options struct {
 	// Sandbox is the built-in fake Bot API; the Sandbox page and the
 	// /admin/api/sandbox routes exist only when it is set.
 	Sandbox *Sandbox
+	// Demo is the traffic simulator's switch; nil hides it.
+	Demo DemoTraffic
 }
 
 // Server is the HTTP handler of a Switchyard process.

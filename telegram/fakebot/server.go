@@ -47,6 +47,11 @@ type Opts struct {
 	LimitSlack time.Duration
 	// Seed seeds the random source of probabilistic faults.
 	Seed uint64
+	// FirstUpdateID is the update_id of each bot's first update (1 when
+	// zero). A fake that restarts in front of a bot that remembers its
+	// offset (the sandbox across process restarts) must start above it, as
+	// Telegram's ids only grow: see UpdateIDFromClock.
+	FirstUpdateID int
 	// MaxCalls is how many calls the log keeps (oldest dropped first);
 	// 10,000 when zero.
 	MaxCalls int
@@ -145,6 +150,11 @@ func (s *Server) Close() {
 	s.cancel()
 	s.wg.Wait()
 }
+
+// UpdateIDFromClock is a FirstUpdateID that grows with the wall clock (in
+// milliseconds), so a fake started later numbers its updates above every id an
+// earlier one used, unless that one made more than a thousand updates a second.
+func UpdateIDFromClock() int { return int(time.Now().UnixMilli()) }
 
 // Token returns a well-formed, deterministic bot token for botID, accepted
 // by telego.NewBot.

@@ -92,7 +92,7 @@ func (s *Server) bot(token string) *botState {
 			ID: id, IsBot: true, FirstName: "Fake Bot " + idText, Username: "fake" + idText + "_bot",
 			CanJoinGroups: true, CanConnectToBusiness: true,
 		},
-		nextUpdateID: 1,
+		nextUpdateID: max(1, s.opts.FirstUpdateID),
 		wake:         make(chan struct{}),
 		chats:        make(map[chatKey]*chatState),
 		conns:        make(map[string]*telego.BusinessConnection),
