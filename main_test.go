@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -182,6 +184,21 @@ func TestServe(t *testing.T) {
 			t.Fatalf("the Queues page does not list %s:\n%s", q, page)
 		}
 	}
+	// Data written through the first start must be there after a restart.
+	create, _ := http.NewRequest(http.MethodPost, first.base+"/admin/api/users", strings.NewReader(`{"link":"kept-leader","name":"Kept"}`))
+	create.Header.Set("Authorization", "Bearer "+first.token)
+	resp, err = http.DefaultClient.Do(create)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct {
+		UID int64 `json:"uid"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&created)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || created.UID == 0 {
+		t.Fatalf("create a user: status %d, uid %d", resp.StatusCode, created.UID)
+	}
 	first.stop(t)
 
 	second := start(t, db)
@@ -198,6 +215,17 @@ func TestServe(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusUnauthorized {
 		t.Fatal("the first start's token is refused after a restart")
+	}
+	resolve, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/admin/api/users/%d", second.base, created.UID), nil)
+	resolve.Header.Set("Authorization", "Bearer "+first.token)
+	resp, err = http.DefaultClient.Do(resolve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(kept), `"kept-leader"`) {
+		t.Fatalf("the user created before the restart is gone: %d %s", resp.StatusCode, kept)
 	}
 	second.stop(t)
 
