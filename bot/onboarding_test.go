@@ -164,10 +164,12 @@ func (e *onbEnv) waitFake(what string, cond func() bool) {
 // waitDB polls cond (a database check) until it holds, up to 15 s.
 func (e *onbEnv) waitDB(what string, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	// Generous: CI runs every package's tests at once on two cores; a passing
+	// run returns as soon as cond holds.
+	deadline := time.Now().Add(45 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("waiting for %s: not within 15 s\nlogs:\n%s", what, tail(e.logs.String(), 40))
+			e.t.Fatalf("waiting for %s: not within 45 s\nlogs:\n%s", what, tail(e.logs.String(), 40))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -318,13 +318,17 @@ func TestPendingWait(t *testing.T) {
 // waiters counts the long-polls of e that found nothing and sleep.
 func waiters(e *backendEnv) int { return int(e.b.outbox.idle.Load()) }
 
+// waitSlack stretches every wait's deadline: CI runs all packages' tests at
+// once on two cores, and a passing wait returns as soon as its condition holds.
+const waitSlack = 3
+
 // waitFor polls cond until it holds or a deadline passes.
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second * waitSlack)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
+			t.Fatal("condition not met within 30 s")
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

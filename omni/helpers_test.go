@@ -109,11 +109,15 @@ func runWorker(t testing.TB, w interface {
 	})
 }
 
+// waitSlack stretches every wait's deadline: CI runs all packages' tests at
+// once on two cores, and a passing wait returns as soon as its condition holds.
+const waitSlack = 3
+
 // eventually waits until cond holds, checking it every few milliseconds, and
 // fails the test at the deadline with what describe says.
 func eventually(t testing.TB, timeout time.Duration, cond func() bool, describe func() string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(timeout * waitSlack)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {

@@ -17,10 +17,14 @@ import (
 	"switchyard/store/storetest"
 )
 
+// waitSlack stretches every wait's deadline: CI runs all packages' tests at
+// once on two cores, and a passing wait returns as soon as its condition holds.
+const waitSlack = 3
+
 // eventually waits until cond holds, failing the test after the deadline.
 func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(within * waitSlack)
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {

@@ -493,11 +493,11 @@ func TestTopicOwnership(t *testing.T) {
 				return record(ctx, tx, "g", r)
 			}
 		}
-		a := subscribe(t, topic, queue.SubscribeOpts{Group: "g", LeaseTTL: 150 * time.Millisecond, Handler: h(&first)})
+		a := subscribe(t, topic, queue.SubscribeOpts{Group: "g", LeaseTTL: 2 * time.Second, Handler: h(&first)})
 		eventually(t, 5*time.Second, "the first subscriber owns the partitions", func() bool {
 			return count(t, db, `select count(*) from store_leases where name like 'queue.group/t/g/%'`) == 2
 		})
-		subscribe(t, topic, queue.SubscribeOpts{Group: "g", LeaseTTL: 150 * time.Millisecond, Handler: h(&second)})
+		subscribe(t, topic, queue.SubscribeOpts{Group: "g", LeaseTTL: 2 * time.Second, Handler: h(&second)})
 		for i := range 20 {
 			if _, err := topic.Publish(t.Context(), fmt.Sprintf("k%d", i%4), fmt.Appendf(nil, "k%d %d", i%4, i)); err != nil {
 				t.Fatal(err)

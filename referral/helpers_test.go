@@ -131,9 +131,13 @@ func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) 
 	waitEvery(t, what, within, 10*time.Millisecond, cond)
 }
 
+// waitSlack stretches every wait's deadline: CI runs all packages' tests at
+// once on two cores, and a passing wait returns as soon as its condition holds.
+const waitSlack = 3
+
 func waitEvery(t testing.TB, what string, within, every time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(within * waitSlack)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", within, what)

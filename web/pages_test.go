@@ -125,10 +125,14 @@ func tid(doc *goquery.Document, id string) *goquery.Selection {
 
 func trimmed(s *goquery.Selection) string { return strings.TrimSpace(s.Text()) }
 
+// waitSlack stretches every wait's deadline: CI runs all packages' tests at
+// once on two cores, and a passing wait returns as soon as its condition holds.
+const waitSlack = 3
+
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(within * waitSlack)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
