@@ -10,14 +10,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/gorilla/mux"
 
@@ -85,22 +83,6 @@ var walkSecrets = secrets{
 	OmniWebhook:  "walkOmniWebhookSecret_0123",
 }
 
-// wiredOptions are the web.Options wire built: the route functions the domain
-// packages registered, exactly as mounted. web.Server offers no accessor, so
-// the walk reads its unexported field; a rename fails here, loudly.
-func wiredOptions(t *testing.T, h http.Handler) web.Options {
-	t.Helper()
-	s, ok := h.(*web.Server)
-	if !ok {
-		t.Fatalf("the app's handler is a %T, not a *web.Server", h)
-	}
-	f := reflect.ValueOf(s).Elem().FieldByName("opts")
-	if !f.IsValid() || f.Type() != reflect.TypeOf(web.Options{}) {
-		t.Fatal("web.Server no longer keeps its Options in the field opts; update wiredOptions")
-	}
-	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(web.Options)
-}
-
 // guard is how a route is protected.
 type guard string
 
@@ -125,114 +107,65 @@ func (r walkRoute) stateChanging() bool {
 	return r.method != http.MethodGet && r.method != http.MethodHead && r.method != http.MethodOptions
 }
 
-// webRoutes are the web package's own routes (its router is not reachable
-// from here): health, metrics, assets, login and logout, and the console's
-// pages and actions. The walk checks each against the access log's route
-// template, so a route removed or renamed there fails here.
-var webRoutes = []walkRoute{
-	{"GET", "/healthz", guardOpen},
-	{"GET", "/readyz", guardOpen},
-	{"GET", "/metrics", guardOpen},
-	{"GET", "/static/", guardOpen},
-	{"GET", "/", guardOpen},
-	{"GET", "/admin/login", guardOpen},
-	{"POST", "/admin/login", guardOpen},
-	{"POST", "/admin/logout", guardOpen},
-	{"GET", "/admin", guardConsole},
-	{"GET", "/admin/", guardConsole},
-	{"GET", "/admin/bot", guardConsole},
-	{"GET", "/admin/bot/events/{id:[0-9]+}", guardConsole},
-	{"POST", "/admin/bot/events/{id:[0-9]+}/redrive", guardConsole},
-	{"GET", "/admin/bot/funnel", guardConsole},
-	{"GET", "/admin/bot/users/{tg:[0-9]+}", guardConsole},
-	{"POST", "/admin/bot/outgoing/{id:[0-9]+}/redrive", guardConsole},
-	{"GET", "/admin/referral", guardConsole},
-	{"GET", "/admin/referral/users", guardConsole},
-	{"GET", "/admin/referral/users/{id}", guardConsole},
-	{"POST", "/admin/referral/links", guardConsole},
-	{"POST", "/admin/referral/links/{id}/delete", guardConsole},
-	{"GET", "/admin/chat", guardConsole},
-	{"GET", "/admin/chat/threads/{id:[0-9]+}", guardConsole},
-	{"POST", "/admin/chat/threads/{id:[0-9]+}/reply", guardConsole},
-	{"POST", "/admin/chat/threads/{id:[0-9]+}/read", guardConsole},
-	{"POST", "/admin/chat/threads/{id:[0-9]+}/close", guardConsole},
-	{"GET", "/admin/queues", guardConsole},
-	{"GET", "/admin/queues/{queue}", guardConsole},
-	{"POST", "/admin/queues/{queue}/dead/redrive", guardConsole},
-	{"POST", "/admin/queues/{queue}/dead/purge", guardConsole},
-	{"POST", "/admin/queues/{queue}/purge", guardConsole},
-	{"GET", "/admin/sandbox", guardConsole},
-	{"POST", "/admin/sandbox/start", guardConsole},
-	{"POST", "/admin/sandbox/send", guardConsole},
-	{"POST", "/admin/sandbox/press", guardConsole},
-	{"POST", "/admin/sandbox/block", guardConsole},
-	{"POST", "/admin/sandbox/business-message", guardConsole},
-	{"POST", "/admin/sandbox/connect", guardConsole},
-	{"GET", "/admin/api/sandbox", guardAdminAPI},
-	{"POST", "/admin/api/sandbox/users/{id:[0-9]+}/start", guardAdminAPI},
-	{"POST", "/admin/api/sandbox/users/{id:[0-9]+}/messages", guardAdminAPI},
-	{"POST", "/admin/api/sandbox/users/{id:[0-9]+}/press", guardAdminAPI},
-	{"POST", "/admin/api/sandbox/users/{id:[0-9]+}/block", guardAdminAPI},
-	{"POST", "/admin/api/sandbox/users/{id:[0-9]+}/unblock", guardAdminAPI},
-	{"POST", "/admin/api/sandbox/users/{id:[0-9]+}/business-message", guardAdminAPI},
-	{"POST", "/admin/api/sandbox/business-connections", guardAdminAPI},
-}
-
-// domainRoutes walks the routes the domain packages registered through wire:
-// the public ones on a root router, the operator ones under /admin/api.
-func domainRoutes(t *testing.T, opts web.Options) (routes []walkRoute, prefixes []string) {
+// allRoutes walks every route the wired server answers (web.Server.Walk) and
+// names the guard each must have from where it lives. A route in no known
+// place fails the walk: someone must say what protects it.
+func allRoutes(t *testing.T, h http.Handler) (routes []walkRoute, prefixes []string) {
 	t.Helper()
-	root := mux.NewRouter()
-	for _, mount := range opts.Public {
-		mount(root)
+	srv, ok := h.(*web.Server)
+	if !ok {
+		t.Fatalf("the app's handler is a %T, not a *web.Server", h)
 	}
-	api := mux.NewRouter()
-	apiSub := api.PathPrefix("/admin/api").Subrouter()
-	for _, mount := range opts.Admin {
-		mount(apiSub)
-	}
-	collect := func(r *mux.Router, public bool) {
-		err := r.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
-			if route.GetHandler() == nil {
-				return nil // a subrouter's own route
-			}
-			tmpl, err := route.GetPathTemplate()
-			if err != nil {
-				return err
-			}
-			methods, err := route.GetMethods()
-			if err != nil { // a prefix for any method: the sandbox Bot API
+	err := srv.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		if route.GetHandler() == nil {
+			return nil // a subrouter's own route
+		}
+		tmpl, err := route.GetPathTemplate()
+		if err != nil {
+			return err
+		}
+		methods, err := route.GetMethods()
+		if err != nil { // a prefix for any method
+			if tmpl != "/admin/api/" { // the admin API's router, walked on its own
 				prefixes = append(prefixes, tmpl)
-				return nil
-			}
-			g := guardAdminAPI
-			if public {
-				switch {
-				case strings.HasPrefix(tmpl, "/bot/"), strings.HasPrefix(tmpl, "/auth/"):
-					g = guardBot
-				case strings.HasPrefix(tmpl, "/webhooks/"):
-					g = guardWebhook
-				case tmpl == "/openapi.json":
-					g = guardOpen
-				default:
-					t.Errorf("public route %s is neither the bot contract, a webhook nor the OpenAPI document: which guard protects it?", tmpl)
-				}
-			}
-			for _, m := range methods {
-				if m == http.MethodHead && slices.Contains(methods, http.MethodGet) {
-					continue
-				}
-				routes = append(routes, walkRoute{m, tmpl, g})
 			}
 			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
+		g, known := guardOf(tmpl)
+		if !known {
+			t.Errorf("route %s is in no place whose guard the walk knows: which guard protects it?", tmpl)
+		}
+		for _, m := range methods {
+			if m == http.MethodHead && slices.Contains(methods, http.MethodGet) {
+				continue
+			}
+			routes = append(routes, walkRoute{m, tmpl, g})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	collect(root, true)
-	collect(api, false)
 	return routes, prefixes
+}
+
+// guardOf is the guard a route must have, by where it lives.
+func guardOf(tmpl string) (guard, bool) {
+	switch {
+	case strings.HasPrefix(tmpl, "/admin/api/"):
+		return guardAdminAPI, true
+	case tmpl == "/admin/login" || tmpl == "/admin/logout":
+		return guardOpen, true
+	case tmpl == "/admin" || strings.HasPrefix(tmpl, "/admin/"):
+		return guardConsole, true
+	case strings.HasPrefix(tmpl, "/bot/"), strings.HasPrefix(tmpl, "/auth/"):
+		return guardBot, true
+	case strings.HasPrefix(tmpl, "/webhooks/"):
+		return guardWebhook, true
+	case slices.Contains([]string{"/", "/healthz", "/readyz", "/metrics", "/static/", "/openapi.json"}, tmpl):
+		return guardOpen, true
+	}
+	return guardOpen, false
 }
 
 var pathVar = regexp.MustCompile(`\{([A-Za-z]+)(?::[^}]*)?\}`)
@@ -362,14 +295,13 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 		t.Fatalf("the login link answered %d without a session cookie", login.status)
 	}
 
-	domain, prefixes := domainRoutes(t, wiredOptions(t, w.app.handler))
-	if len(domain) < 40 {
-		t.Fatalf("the walk found only %d domain routes: %v", len(domain), domain)
+	routes, prefixes := allRoutes(t, w.app.handler)
+	if len(routes) < 90 {
+		t.Fatalf("the walk found only %d routes: %v", len(routes), routes)
 	}
 	if !slices.Equal(prefixes, []string{sandboxPath + "/"}) {
 		t.Fatalf("routes for any method: %v, want only the sandbox Bot API at %s/", prefixes, sandboxPath)
 	}
-	routes := append(slices.Clone(webRoutes), domain...)
 	var refused, crossOrigin int
 	for _, r := range routes {
 		path := concrete(r.template)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -185,10 +186,21 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 			if err != nil {
 				return err
 			}
-			if err := in.SetWebhook(ctx, tg, webhookBase); err != nil {
-				omniLog.Warn("telegram webhook not set; set it by hand or fix the public URL", slog.Any("err", err))
+			// Until Telegram takes it, no chat update arrives: retry with
+			// backoff (a 5xx, a network blip) until it does or we stop.
+			for wait := time.Second; ; wait = min(2*wait, time.Minute) {
+				err := in.SetWebhook(ctx, tg, webhookBase)
+				if err == nil || ctx.Err() != nil {
+					return nil
+				}
+				omniLog.Warn("telegram webhook not set; retrying (check the public URL if this persists)",
+					slog.Duration("retry_in", wait), slog.Any("err", err))
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(wait):
+				}
 			}
-			return nil
 		}})
 	}
 	if cfg.has("chat") {

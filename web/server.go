@@ -72,6 +72,8 @@ type Server struct {
 	log     *slog.Logger
 	auth    *auth
 	handler http.Handler
+	// routers are the root router and the admin API's, for Walk.
+	routers []*mux.Router
 	// minutes caches the console's per-minute counts of finished minutes.
 	minutes minuteCache
 }
@@ -133,6 +135,7 @@ func New(opts Options) *Server {
 		s.sandboxAPIRoutes(api)
 	}
 	r.PathPrefix("/admin/api/").Handler(csrf.Handler(s.auth.requireAPI(apiRoot)))
+	s.routers = []*mux.Router{r, apiRoot}
 
 	admin := r.PathPrefix("/admin").Subrouter()
 	admin.Use(csrf.Handler)
@@ -150,6 +153,18 @@ func New(opts Options) *Server {
 	h = observe(opts.Logger, h)
 	s.handler = h
 	return s
+}
+
+// Walk visits every route the server answers — its own, the console's and
+// every domain package's — with mux's walk function. The admin API's routes
+// come from their own router, after the root router's.
+func (s *Server) Walk(fn mux.WalkFunc) error {
+	for _, r := range s.routers {
+		if err := r.Walk(fn); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ServeHTTP implements http.Handler.
