@@ -8,43 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
+	"switchyard/store/storetest"
 )
-
-// fillUp caps the database at its size now and fills every free page, so
-// that the next write needing a new page fails with SQLite's "database or
-// disk is full" — what a full disk does. PRAGMA max_page_count sticks to the
-// writer, which is one connection. The returned function gives room back.
-func fillUp(tb testing.TB, db *store.DB) (makeRoom func()) {
-	tb.Helper()
-	if _, err := db.Write.Exec(`create table if not exists full_test_filler (b blob)`); err != nil {
-		tb.Fatal(err)
-	}
-	var pages int64
-	if err := db.Write.QueryRow(`pragma page_count`).Scan(&pages); err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := db.Write.Exec(fmt.Sprintf(`pragma max_page_count = %d`, pages)); err != nil {
-		tb.Fatal(err)
-	}
-	for _, size := range []int{4000, 1000, 100} {
-		for i := 0; ; i++ {
-			_, err := db.Write.Exec(`insert into full_test_filler (b) values (randomblob(?))`, size)
-			if store.IsFull(err) {
-				break
-			}
-			if err != nil || i > 100_000 {
-				tb.Fatalf("filling the database: %v after %d rows", err, i)
-			}
-		}
-	}
-	return func() {
-		tb.Helper()
-		if _, err := db.Write.Exec(`pragma max_page_count = 1073741823`); err != nil {
-			tb.Fatal(err)
-		}
-	}
-}
 
 func TestFullDatabase(t *testing.T) {
 	t.Parallel()
@@ -72,7 +37,7 @@ func TestFullDatabase(t *testing.T) {
 				return map[string]string{"link": fmt.Sprintf("user-%d", i), "name": strings.Repeat("N", 200)}
 			}, 201},
 		}
-		makeRoom := fillUp(t, e.db)
+		makeRoom := storetest.FillUp(t, e.db, false)
 		before := e.countEvents(t)
 		for _, r := range requests {
 			// The first few may still fit in pages with room left; each
@@ -124,7 +89,7 @@ func TestFullDatabase(t *testing.T) {
 		for i := range n {
 			e.emitNft(Target{TelegramID: TelegramID(fmt.Sprint(20_000 + i%6))})
 		}
-		makeRoom := fillUp(t, e.db)
+		makeRoom := storetest.FillUp(t, e.db, false)
 		ctx := context.Background()
 		b.poll(ctx)
 
@@ -175,7 +140,7 @@ func TestFullDatabase(t *testing.T) {
 			return e.count(`select count(*) from bot_updates where update_id = ?`, id) == 1
 		}
 		const n = 40
-		makeRoom := fillUp(t, e.db)
+		makeRoom := storetest.FillUp(t, e.db, false)
 		var refused []int
 		for id := 1; id <= n; id++ {
 			switch code := post(id); {

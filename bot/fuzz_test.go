@@ -24,33 +24,6 @@ import (
 // onboarding bot's webhook. They run over their seeds in every `go test`, and
 // for a fixed time in CI (.ci/fuzz).
 
-// commitWatch tells whether anything was committed to a database: PRAGMA
-// data_version, read on one pinned read connection, changes exactly when
-// another connection commits a change, and stays put for an empty or rolled
-// back transaction.
-type commitWatch struct {
-	conn *sql.Conn
-}
-
-func watchCommits(tb testing.TB, db *store.DB) *commitWatch {
-	tb.Helper()
-	conn, err := db.Read.Conn(context.Background())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = conn.Close() })
-	return &commitWatch{conn: conn}
-}
-
-func (w *commitWatch) version(tb testing.TB) int64 {
-	tb.Helper()
-	var v int64
-	if err := w.conn.QueryRowContext(context.Background(), `pragma data_version`).Scan(&v); err != nil {
-		tb.Fatal(err)
-	}
-	return v
-}
-
 // fuzzDB is a migrated database for a fuzz target. Commits skip the fsync:
 // fuzzing checks answers and state, not durability, and wants many runs a
 // second.
@@ -63,12 +36,8 @@ func fuzzDB(tb testing.TB) *store.DB {
 // routes, so that every answer a fuzz target sees is the app's own.
 func fuzzRouter(mounts ...func(r *mux.Router)) *mux.Router {
 	r := mux.NewRouter()
-	r.NotFoundHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
-		return httpjson.NotFound("no such route")
-	})
-	r.MethodNotAllowedHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
-		return httpjson.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
-	})
+	r.NotFoundHandler = httpjson.NotFoundHandler
+	r.MethodNotAllowedHandler = httpjson.MethodNotAllowedHandler
 	for _, m := range mounts {
 		m(r)
 	}
@@ -191,13 +160,13 @@ func FuzzAckBody(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	db, _, h := fuzzOutbox(f)
-	commits := watchCommits(f, db)
+	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		resetOutbox(t, db)
-		before := commits.version(t)
+		before := commits.Version(t)
 		rec := fuzzDo(h, http.MethodPost, "/bot/events/ack", "", botAuth, body)
 		if checkRefusal(t, "ack", rec) {
-			if after := commits.version(t); after != before {
+			if after := commits.Version(t); after != before {
 				t.Fatalf("a refused ack (%d %s) changed the outbox", rec.Code, rec.Body)
 			}
 			return
@@ -233,12 +202,12 @@ func FuzzPendingQuery(f *testing.F) {
 		f.Add(s)
 	}
 	db, _, h := fuzzOutbox(f)
-	commits := watchCommits(f, db)
+	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, query string) {
-		before := commits.version(t)
+		before := commits.Version(t)
 		rec := fuzzDo(h, http.MethodGet, "/bot/events/pending", query, botAuth, nil)
 		refused := checkRefusal(t, "pending?"+query, rec)
-		if after := commits.version(t); after != before {
+		if after := commits.Version(t); after != before {
 			t.Fatalf("pending?%s (%d) wrote to the database", query, rec.Code)
 		}
 		if refused {
@@ -316,16 +285,16 @@ func FuzzAdminBodies(f *testing.F) {
 			f.Fatal(err)
 		}
 	}
-	commits := watchCommits(f, db)
+	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, route uint8, uid int64, body []byte) {
 		path := adminBodyRoutes[int(route)%len(adminBodyRoutes)]
 		if strings.Contains(path, "%d") {
 			path = fmt.Sprintf(path, uid)
 		}
-		before := commits.version(t)
+		before := commits.Version(t)
 		rec := fuzzDo(h, http.MethodPost, path, "", http.Header{"Content-Type": {"application/json"}}, body)
 		if checkRefusal(t, "POST "+path, rec) {
-			if after := commits.version(t); after != before {
+			if after := commits.Version(t); after != before {
 				t.Fatalf("POST %s refused with %d %s but changed the database", path, rec.Code, rec.Body)
 			}
 		}
@@ -359,15 +328,15 @@ func FuzzOnboardingWebhook(f *testing.F) {
 	db := fuzzDB(f)
 	ob := e.newBot(db, func(o *OnboardingOpts) { o.Updates, o.WebhookSecret = UpdatesWebhook, secret })
 	h := fuzzRouter(ob.Routes)
-	commits := watchCommits(f, db)
+	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, given string, body []byte) {
-		before := commits.version(t)
+		before := commits.Version(t)
 		rec := fuzzDo(h, http.MethodPost, "/webhooks/bot", "", http.Header{"X-Telegram-Bot-Api-Secret-Token": {given}}, body)
 		if given != secret && rec.Code != http.StatusUnauthorized {
 			t.Fatalf("secret %q: %d, want 401", given, rec.Code)
 		}
 		if checkRefusal(t, "webhook", rec) {
-			if after := commits.version(t); after != before {
+			if after := commits.Version(t); after != before {
 				t.Fatalf("a refused update (%d %s) changed the database", rec.Code, rec.Body)
 			}
 			return
@@ -431,13 +400,13 @@ func FuzzContractBodies(f *testing.F) {
 			f.Fatal(err)
 		}
 	}
-	commits := watchCommits(f, db)
+	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
 		path := contractBodyRoutes[int(route)%len(contractBodyRoutes)]
-		before := commits.version(t)
+		before := commits.Version(t)
 		rec := fuzzDo(h, http.MethodPost, path, "", botAuth, body)
 		if checkRefusal(t, "POST "+path, rec) {
-			if after := commits.version(t); after != before {
+			if after := commits.Version(t); after != before {
 				t.Fatalf("POST %s refused with %d %s but changed the database", path, rec.Code, rec.Body)
 			}
 		}

@@ -15,75 +15,6 @@ import (
 	"switchyard/store/storetest"
 )
 
-// fillUp caps the database at its size now and fills every free page, so
-// that the next write needing a new page fails with SQLite's "database or
-// disk is full" — what a full disk does. PRAGMA max_page_count sticks to the
-// writer, which is one connection. A consumer frees pages as it deletes what
-// it consumed; with keep, a goroutine takes those back every few
-// milliseconds, as other writers on a full disk would. The returned function
-// stops it and gives room back.
-func fillUp(tb testing.TB, db *store.DB, keep bool) (makeRoom func()) {
-	tb.Helper()
-	if _, err := db.Write.Exec(`create table if not exists full_test_filler (b blob)`); err != nil {
-		tb.Fatal(err)
-	}
-	var pages int64
-	if err := db.Write.QueryRow(`pragma page_count`).Scan(&pages); err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := db.Write.Exec(fmt.Sprintf(`pragma max_page_count = %d`, pages)); err != nil {
-		tb.Fatal(err)
-	}
-	fill := func() error {
-		for _, size := range []int{4000, 1000, 100} {
-			for i := 0; ; i++ {
-				_, err := db.Write.Exec(`insert into full_test_filler (b) values (randomblob(?))`, size)
-				if store.IsFull(err) {
-					break
-				}
-				if err != nil || i > 100_000 {
-					return fmt.Errorf("filling the database: %v after %d rows", err, i)
-				}
-			}
-		}
-		return nil
-	}
-	if err := fill(); err != nil {
-		tb.Fatal(err)
-	}
-	stop, done := make(chan struct{}), make(chan error, 1)
-	if keep {
-		go func() {
-			tick := time.NewTicker(5 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					done <- nil
-					return
-				case <-tick.C:
-					if err := fill(); err != nil {
-						done <- err
-						return
-					}
-				}
-			}
-		}()
-	} else {
-		done <- nil
-	}
-	return func() {
-		tb.Helper()
-		close(stop)
-		if err := <-done; err != nil {
-			tb.Fatal(err)
-		}
-		if _, err := db.Write.Exec(`pragma max_page_count = 1073741823`); err != nil {
-			tb.Fatal(err)
-		}
-	}
-}
-
 // lockedLog is a log destination tests can read while workers write.
 type lockedLog struct {
 	mu  sync.Mutex
@@ -170,7 +101,7 @@ func TestFullDatabase(t *testing.T) {
 		db, base := newInboundServer(t)
 		const n = 24
 		updates := chatUpdates(n)
-		makeRoom := fillUp(t, db, false)
+		makeRoom := storetest.FillUp(t, db, false)
 		var refused []int
 		for i, body := range updates {
 			status, answer := postUpdate(t, base, testSecret, body)
@@ -222,7 +153,7 @@ func TestFullDatabase(t *testing.T) {
 				t.Fatalf("update %d: %d %s", i+1, status, answer)
 			}
 		}
-		makeRoom := fillUp(t, db, true)
+		makeRoom := storetest.FillUp(t, db, true)
 		logs := &lockedLog{}
 		// A long acknowledgement makes every first message in a thread
 		// write more than consuming its envelope frees.

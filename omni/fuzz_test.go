@@ -27,33 +27,6 @@ import (
 // They run over their seeds in every `go test`, and for a fixed time in CI
 // (.ci/fuzz).
 
-// commitWatch tells whether anything was committed to a database: PRAGMA
-// data_version, read on one pinned read connection, changes exactly when
-// another connection commits a change, and stays put for an empty or rolled
-// back transaction.
-type commitWatch struct {
-	conn *sql.Conn
-}
-
-func watchCommits(tb testing.TB, db *store.DB) *commitWatch {
-	tb.Helper()
-	conn, err := db.Read.Conn(context.Background())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = conn.Close() })
-	return &commitWatch{conn: conn}
-}
-
-func (w *commitWatch) version(tb testing.TB) int64 {
-	tb.Helper()
-	var v int64
-	if err := w.conn.QueryRowContext(context.Background(), `pragma data_version`).Scan(&v); err != nil {
-		tb.Fatal(err)
-	}
-	return v
-}
-
 // fuzzDB is a migrated database for a fuzz target. Commits skip the fsync:
 // fuzzing checks answers and state, not durability, and wants many runs a
 // second.
@@ -66,12 +39,8 @@ func fuzzDB(tb testing.TB) *store.DB {
 // routes, so that every answer a fuzz target sees is the app's own.
 func fuzzRouter(mounts ...func(r *mux.Router)) *mux.Router {
 	r := mux.NewRouter()
-	r.NotFoundHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
-		return httpjson.NotFound("no such route")
-	})
-	r.MethodNotAllowedHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
-		return httpjson.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
-	})
+	r.NotFoundHandler = httpjson.NotFoundHandler
+	r.MethodNotAllowedHandler = httpjson.MethodNotAllowedHandler
 	for _, m := range mounts {
 		m(r)
 	}
@@ -223,16 +192,16 @@ func FuzzInboundWebhook(f *testing.F) {
 	db := fuzzDB(f)
 	in := NewInbound(InboundOpts{DB: db, Token: inboxToken, WebhookSecret: testSecret, MaxUpdateBytes: fuzzMaxUpdateBytes})
 	h := fuzzRouter(in.Routes)
-	commits := watchCommits(f, db)
+	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, secret string, body []byte) {
-		before := commits.version(t)
+		before := commits.Version(t)
 		rec := fuzzDo(h, http.MethodPost, WebhookPath, http.Header{WebhookSecretHeader: {secret}}, body)
 		refused := checkRefusal(t, "webhook", rec)
 		if secret != testSecret && rec.Code != http.StatusUnauthorized {
 			t.Fatalf("secret %q: %d, want 401", secret, rec.Code)
 		}
 		if refused {
-			if after := commits.version(t); after != before {
+			if after := commits.Version(t); after != before {
 				t.Fatalf("a refused update (%d %s) changed the database", rec.Code, rec.Body)
 			}
 			if _, err := NormalizeTelegram(body, inboxBotID, db.Now()); err == nil && len(body) <= fuzzMaxUpdateBytes && secret == testSecret {
@@ -292,7 +261,7 @@ func FuzzAdminBodies(f *testing.F) {
 	admin := NewAdmin(AdminOpts{DB: db})
 	thread := seedThread(f, db)
 	h := fuzzRouter(func(r *mux.Router) { admin.AdminRoutes(r.PathPrefix("/admin/api").Subrouter()) })
-	commits := watchCommits(f, db)
+	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, route uint8, threadID int64, body []byte) {
 		method, path := http.MethodPost, fmt.Sprintf("/admin/api/omni/threads/%d/messages", threadID)
 		if threadID < 0 {
@@ -301,10 +270,10 @@ func FuzzAdminBodies(f *testing.F) {
 		if route%2 == 1 {
 			method, path = http.MethodPut, "/admin/api/omni/rules/auto-ack"
 		}
-		before := commits.version(t)
+		before := commits.Version(t)
 		rec := fuzzDo(h, method, path, http.Header{"Content-Type": {"application/json"}}, body)
 		if checkRefusal(t, method+" "+path, rec) {
-			if after := commits.version(t); after != before {
+			if after := commits.Version(t); after != before {
 				t.Fatalf("%s %s refused with %d %s but changed the database", method, path, rec.Code, rec.Body)
 			}
 			return

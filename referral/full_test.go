@@ -11,44 +11,8 @@ import (
 	"github.com/google/uuid"
 
 	"switchyard/queue"
-	"switchyard/store"
 	"switchyard/store/storetest"
 )
-
-// fillUp caps the database at its size now and fills every free page, so
-// that the next write needing a new page fails with SQLite's "database or
-// disk is full" — what a full disk does. PRAGMA max_page_count sticks to the
-// writer, which is one connection. The returned function gives room back.
-func fillUp(tb testing.TB, db *store.DB) (makeRoom func()) {
-	tb.Helper()
-	if _, err := db.Write.Exec(`create table if not exists full_test_filler (b blob)`); err != nil {
-		tb.Fatal(err)
-	}
-	var pages int64
-	if err := db.Write.QueryRow(`pragma page_count`).Scan(&pages); err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := db.Write.Exec(fmt.Sprintf(`pragma max_page_count = %d`, pages)); err != nil {
-		tb.Fatal(err)
-	}
-	for _, size := range []int{4000, 1000, 100} {
-		for i := 0; ; i++ {
-			_, err := db.Write.Exec(`insert into full_test_filler (b) values (randomblob(?))`, size)
-			if store.IsFull(err) {
-				break
-			}
-			if err != nil || i > 100_000 {
-				tb.Fatalf("filling the database: %v after %d rows", err, i)
-			}
-		}
-	}
-	return func() {
-		tb.Helper()
-		if _, err := db.Write.Exec(`pragma max_page_count = 1073741823`); err != nil {
-			tb.Fatal(err)
-		}
-	}
-}
 
 func TestFullDatabase(t *testing.T) {
 	t.Parallel()
@@ -70,7 +34,7 @@ func TestFullDatabase(t *testing.T) {
 				`{"UserId":"`+user+`","Type":"Investor","Status":"Active","Name":{"FirstName":"`+strings.Repeat("Н", 100)+
 					`"},"PhoneNumber":"+79990000000","RegisteredVia":"Sms","Version":1}`))
 		}
-		makeRoom := fillUp(t, db)
+		makeRoom := storetest.FillUp(t, db, false)
 		h.start()
 		t.Cleanup(h.stop)
 		waitFor(t, "the consumers to meet the full database", 20*time.Second, func() bool {

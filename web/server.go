@@ -96,12 +96,8 @@ func New(opts Options) *Server {
 
 	r := mux.NewRouter()
 	r.Use(captureRoute)
-	r.NotFoundHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
-		return httpjson.NotFound("no such route")
-	})
-	r.MethodNotAllowedHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
-		return httpjson.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
-	})
+	r.NotFoundHandler = httpjson.NotFoundHandler
+	r.MethodNotAllowedHandler = httpjson.MethodNotAllowedHandler
 
 	r.Handle("/healthz", httpjson.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", httpjson.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)

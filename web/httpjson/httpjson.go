@@ -145,3 +145,13 @@ func Logger(ctx context.Context) *slog.Logger {
 	}
 	return slog.Default()
 }
+
+// NotFoundHandler answers a path no route matches: 404 with the JSON error body.
+var NotFoundHandler http.Handler = HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+	return NotFound("no such route")
+})
+
+// MethodNotAllowedHandler answers a route asked with a method it does not take.
+var MethodNotAllowedHandler http.Handler = HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+	return Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
+})

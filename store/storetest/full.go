@@ -1,0 +1,109 @@
+package storetest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"switchyard/store"
+)
+
+// FillUp caps the database at its size now and fills every free page, so
+// that the next write needing a new page fails with SQLite's "database or
+// disk is full" — what a full disk does. PRAGMA max_page_count sticks to the
+// writer, which is one connection. A consumer frees pages as it deletes what
+// it consumed; with keep, a goroutine takes those back every few
+// milliseconds, as other writers on a full disk would. The returned function
+// stops it and gives room back.
+func FillUp(tb testing.TB, db *store.DB, keep bool) (makeRoom func()) {
+	tb.Helper()
+	if _, err := db.Write.Exec(`create table if not exists full_test_filler (b blob)`); err != nil {
+		tb.Fatal(err)
+	}
+	var pages int64
+	if err := db.Write.QueryRow(`pragma page_count`).Scan(&pages); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := db.Write.Exec(fmt.Sprintf(`pragma max_page_count = %d`, pages)); err != nil {
+		tb.Fatal(err)
+	}
+	fill := func() error {
+		for _, size := range []int{4000, 1000, 100} {
+			for i := 0; ; i++ {
+				_, err := db.Write.Exec(`insert into full_test_filler (b) values (randomblob(?))`, size)
+				if store.IsFull(err) {
+					break
+				}
+				if err != nil || i > 100_000 {
+					return fmt.Errorf("filling the database: %v after %d rows", err, i)
+				}
+			}
+		}
+		return nil
+	}
+	if err := fill(); err != nil {
+		tb.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan error, 1)
+	if keep {
+		go func() {
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					done <- nil
+					return
+				case <-tick.C:
+					if err := fill(); err != nil {
+						done <- err
+						return
+					}
+				}
+			}
+		}()
+	} else {
+		done <- nil
+	}
+	return func() {
+		tb.Helper()
+		close(stop)
+		if err := <-done; err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := db.Write.Exec(`pragma max_page_count = 1073741823`); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// CommitWatch tells whether anything was committed to a database: PRAGMA
+// data_version, read on one pinned read connection, changes exactly when
+// another connection commits a change, and stays put for an empty or rolled
+// back transaction.
+type CommitWatch struct {
+	conn *sql.Conn
+}
+
+// WatchCommits pins a read connection of db for a CommitWatch.
+func WatchCommits(tb testing.TB, db *store.DB) *CommitWatch {
+	tb.Helper()
+	conn, err := db.Read.Conn(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return &CommitWatch{conn: conn}
+}
+
+// Version is the database's data_version now; compare two readings.
+func (w *CommitWatch) Version(tb testing.TB) int64 {
+	tb.Helper()
+	var v int64
+	if err := w.conn.QueryRowContext(context.Background(), `pragma data_version`).Scan(&v); err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
