@@ -280,9 +280,15 @@ func bondCreatedEvent(m meta, b Bond, channel string, now time.Time) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
+	return outgoingEnvelope(m, TypeBondCreated, b, now, payload)
+}
+
+// outgoingEnvelope wraps the payload of an event about bond b, caused by the
+// incoming message m, in the topic envelope.
+func outgoingEnvelope(m meta, typ MessageType, b Bond, now time.Time, payload json.RawMessage) ([]byte, error) {
 	return json.Marshal(Envelope{
-		MessageID:       outgoingMessageID(TypeBondCreated, b.ID),
-		Type:            TypeBondCreated,
+		MessageID:       outgoingMessageID(typ, b.ID),
+		Type:            typ,
 		ContractVersion: ContractVersion,
 		AggregateID:     string(b.ID),
 		AggregateType:   aggregateBond,
@@ -309,15 +315,5 @@ func leadAttachRequestedEvent(m meta, b Bond, l Link, now time.Time) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(Envelope{
-		MessageID:       outgoingMessageID(TypeLeadAttachRequested, b.ID),
-		Type:            TypeLeadAttachRequested,
-		ContractVersion: ContractVersion,
-		AggregateID:     string(b.ID),
-		AggregateType:   aggregateBond,
-		OccurredAt:      now,
-		CorrelationID:   m.CorrelationID,
-		CausationID:     m.MessageID,
-		Payload:         payload,
-	})
+	return outgoingEnvelope(m, TypeLeadAttachRequested, b, now, payload)
 }
