@@ -5,21 +5,32 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 )
 
 // Backup writes a consistent copy of the database to path with VACUUM INTO.
 // It reads a WAL snapshot on a connection of its own, so it is safe while the
 // process serves: writers go on, and the copy is the database as of the
-// backup's start. path must not exist.
+// backup's start. path must not exist. The copy is created with mode 0600,
+// like the database: it holds the same secrets.
 func (db *DB) Backup(ctx context.Context, path string) error {
-	if _, err := os.Stat(path); err == nil {
+	// VACUUM INTO writes into an empty file, so the file is made here first,
+	// with the mode the copy must have and failing if it exists.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
+	if errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("store: backup: %s already exists", path)
-	} else if !errors.Is(err, os.ErrNotExist) {
+	}
+	if err != nil {
+		return fmt.Errorf("store: backup: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		_ = os.Remove(path)
 		return fmt.Errorf("store: backup: %w", err)
 	}
 	conn, err := db.Read.Conn(ctx)
 	if err != nil {
+		_ = os.Remove(path)
 		return fmt.Errorf("store: backup: %w", err)
 	}
 	// The read pool's connections are query_only, which VACUUM INTO needs
@@ -29,6 +40,7 @@ func (db *DB) Backup(ctx context.Context, path string) error {
 		_ = conn.Close()
 	}()
 	if _, err := conn.ExecContext(ctx, "pragma query_only = off"); err != nil {
+		_ = os.Remove(path)
 		return fmt.Errorf("store: backup: %w", err)
 	}
 	if _, err := conn.ExecContext(ctx, "vacuum into ?", path); err != nil {

@@ -9,9 +9,12 @@
 // Writes go through one writer connection: DB.Tx runs the caller's function
 // inside a shared immediate transaction together with the functions of other
 // concurrent callers (each in its own savepoint) and commits them with one
-// fsync. A nil error from Tx means the caller's writes are committed. Reads go
-// to a separate pool of read-only connections (DB.Read), which WAL lets run
-// beside the writer.
+// fsync. A nil error from Tx means the caller's writes are committed, and a
+// caller whose context ends affects nobody else's writes. Reads go to a
+// separate pool of read-only connections (DB.Read), which WAL lets run beside
+// the writer. A statement on either pool that finds the file damaged marks
+// the database corrupt for good (DB.Corrupt): readiness fails and workers stop
+// taking work until the file is restored.
 package store
 
 import (
@@ -23,9 +26,8 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
-
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
 // Dialect names the SQL flavour behind the store.
@@ -73,11 +75,15 @@ type DB struct {
 	path    string
 	log     *slog.Logger
 	batcher *batcher
+	corrupt atomic.Pointer[error] // the first corruption any statement met
+	ready   readiness
 }
 
 // Open opens (creating if needed) the SQLite file at opts.Path with WAL,
-// foreign keys, a busy timeout and the configured synchronous mode. It does
-// not migrate; call Migrate.
+// foreign keys, a busy timeout and the configured synchronous mode. A new
+// file is created with mode 0600 (its -wal and -shm files follow it), an
+// older file readable by others is tightened, and an existing file of 0 bytes
+// is refused with ErrEmptyFile. It does not migrate; call Migrate.
 func Open(ctx context.Context, opts Options) (*DB, error) {
 	if opts.Path == "" {
 		return nil, errors.New("store: empty database path")
@@ -114,10 +120,20 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		// Savepoint journals of grouped transactions stay in memory.
 		"temp_store(MEMORY)",
 	}
-	write, err := sql.Open("sqlite", dsn(opts.Path, "immediate", pragmas))
+	db := &DB{
+		Clock:   opts.Clock,
+		Dialect: DialectSQLite,
+		path:    opts.Path,
+		log:     opts.Logger,
+	}
+	if err := prepareFile(opts.Path, opts.Logger); err != nil {
+		return nil, err
+	}
+	wc, err := newConnector(dsn(opts.Path, "immediate", pragmas), false, db.sawError)
 	if err != nil {
 		return nil, fmt.Errorf("store: open writer: %w", err)
 	}
+	write := sql.OpenDB(wc)
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxLifetime(0)
@@ -127,22 +143,16 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: open %s: %w", opts.Path, err)
 	}
 
-	read, err := sql.Open("sqlite", dsn(opts.Path, "deferred", append(pragmas[:1:1], "foreign_keys(ON)", "query_only(ON)")))
+	rc, err := newConnector(dsn(opts.Path, "deferred", append(pragmas[:1:1], "foreign_keys(ON)", "query_only(ON)")), true, db.sawError)
 	if err != nil {
 		write.Close()
 		return nil, fmt.Errorf("store: open readers: %w", err)
 	}
+	read := sql.OpenDB(rc)
 	read.SetMaxOpenConns(opts.ReadConns)
 	read.SetMaxIdleConns(opts.ReadConns)
 
-	db := &DB{
-		Write:   write,
-		Read:    read,
-		Clock:   opts.Clock,
-		Dialect: DialectSQLite,
-		path:    opts.Path,
-		log:     opts.Logger,
-	}
+	db.Write, db.Read = write, read
 	if db.batcher, err = newBatcher(write, opts.MaxBatch); err != nil {
 		write.Close()
 		read.Close()
@@ -172,16 +182,6 @@ func (db *DB) Close() error {
 
 // Now is shorthand for db.Clock.Now().UTC().
 func (db *DB) Now() time.Time { return db.Clock.Now().UTC() }
-
-// CheckWritable proves the database takes writes by rewriting a heartbeat row.
-func (db *DB) CheckWritable(ctx context.Context) error {
-	return db.Tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx,
-			`insert into store_heartbeat (id, at) values (1, ?) on conflict (id) do update set at = excluded.at`,
-			Timestamp{db.Now()})
-		return err
-	})
-}
 
 // IsFull reports whether err is SQLite's "database or disk is full".
 func IsFull(err error) bool {

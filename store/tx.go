@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // ErrClosed is returned by Tx after Close.
@@ -20,6 +22,14 @@ type TxFunc func(tx *sql.Tx) error
 // error in one rolls back that caller's writes only. fn must not block on
 // anything but the database, and must not call Tx itself.
 //
+// ctx ending never disturbs the other callers of a batch. A caller whose ctx
+// ends before its turn is skipped and gets ctx's error at once; one whose ctx
+// ends while fn runs has its own writes rolled back and gets ctx's error (its
+// statements run to completion: they are never interrupted, since an
+// interrupt would abort the shared transaction). Once fn has returned with
+// ctx still live, Tx waits for the commit whatever ctx does, so nil always
+// means committed.
+//
 // When the shared commit fails, every caller in the batch gets the error and
 // none of their writes are kept.
 func (db *DB) Tx(ctx context.Context, fn TxFunc) error {
@@ -30,13 +40,40 @@ func (db *DB) Tx(ctx context.Context, fn TxFunc) error {
 	if err := db.batcher.submit(req); err != nil {
 		return err
 	}
-	return <-req.done
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		if req.state.CompareAndSwap(txQueued, txAbandoned) {
+			return ctx.Err() // the batcher will skip it
+		}
+		return <-req.done // fn is running or ran: its outcome decides
+	}
 }
 
+// States of a txRequest: queued until the batcher takes it (running), or
+// until its caller gives up waiting (abandoned). Whoever moves it first wins.
+const (
+	txQueued int32 = iota
+	txRunning
+	txAbandoned
+)
+
 type txRequest struct {
-	ctx  context.Context
-	fn   TxFunc
-	done chan error
+	ctx   context.Context
+	fn    TxFunc
+	done  chan error
+	state atomic.Int32
+}
+
+// take claims req for running; false means its caller has left (or its ctx
+// has ended) and it must be skipped.
+func (req *txRequest) take() bool {
+	if req.ctx.Err() != nil {
+		req.state.CompareAndSwap(txQueued, txAbandoned)
+		return false
+	}
+	return req.state.CompareAndSwap(txQueued, txRunning)
 }
 
 // batcher owns the writer connection's transactions. One goroutine takes every
@@ -52,6 +89,19 @@ type batcher struct {
 	closed  bool
 	pending chan *txRequest
 	stopped chan struct{}
+
+	// lastOK and lastFailed are the wall-clock times (UnixNano) of the last
+	// commit that succeeded and the last that failed: readiness takes a
+	// recent successful commit as proof that the database takes writes.
+	lastOK, lastFailed atomic.Int64
+}
+
+func (b *batcher) committed(err error) {
+	if err != nil {
+		b.lastFailed.Store(time.Now().UnixNano())
+		return
+	}
+	b.lastOK.Store(time.Now().UnixNano())
 }
 
 func newBatcher(db *sql.DB, maxBatch int) (*batcher, error) {
@@ -126,6 +176,7 @@ func (b *batcher) commit(batch []*txRequest) {
 	for i, req := range batch {
 		if err := req.ctx.Err(); err != nil {
 			results[i] = err
+			req.state.CompareAndSwap(txQueued, txAbandoned)
 			continue
 		}
 		live++
@@ -140,13 +191,17 @@ func (b *batcher) commit(batch []*txRequest) {
 		fail(batch, results, fmt.Errorf("store: begin: %w", err))
 		return
 	}
-	single := live == 1
+	single, lone := live == 1, -1
 	for i, req := range batch {
 		if results[i] != nil {
 			continue
 		}
+		if !req.take() {
+			results[i] = req.ctx.Err()
+			continue
+		}
 		if single {
-			results[i] = run(req, tx)
+			results[i], lone = run(req, tx), i
 			continue
 		}
 		if _, err := tx.Stmt(b.savepoint).Exec(); err != nil {
@@ -169,35 +224,36 @@ func (b *batcher) commit(batch []*txRequest) {
 			return
 		}
 	}
-	if single && firstErr(results) != nil {
+	if lone >= 0 && results[lone] != nil {
+		// The lone caller failed: roll back instead of a savepoint.
 		_ = tx.Rollback()
 		answer(batch, results)
 		return
 	}
 	if err := tx.Commit(); err != nil {
 		_ = tx.Rollback()
+		b.committed(err)
 		fail(batch, results, fmt.Errorf("store: commit: %w", err))
 		return
 	}
+	b.committed(nil)
 	answer(batch, results)
 }
 
+// run runs req's function. A caller whose context ended while it ran gets
+// the context's error, so that its writes are rolled back with its savepoint
+// (or its lone transaction) while the rest of the batch commits.
 func run(req *txRequest, tx *sql.Tx) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("store: transaction function panicked: %v", p)
 		}
 	}()
-	return req.fn(tx)
-}
-
-func firstErr(errs []error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+	err = req.fn(tx)
+	if cerr := req.ctx.Err(); cerr != nil && err == nil {
+		err = cerr
 	}
-	return nil
+	return err
 }
 
 // fail answers err to every caller that had not failed on its own already.

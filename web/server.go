@@ -7,6 +7,7 @@ package web
 import (
 	"context"
 	"embed"
+	"errors"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -178,20 +179,21 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) error {
 	return nil
 }
 
-// readyz answers 200 when the database takes writes and its schema is current.
+// readyz answers 200 when the database takes writes, its file is sound and
+// its schema is current. It is cheap and safe to call from anyone as often as
+// they like: store.DB.Ready caches its answer and never writes on behalf of a
+// caller's context.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	if err := s.opts.DB.CheckWritable(ctx); err != nil {
-		s.log.WarnContext(ctx, "not ready: database not writable", slog.Any("err", err))
+	st, err := s.opts.DB.Ready(ctx)
+	switch {
+	case errors.Is(err, store.ErrCorrupt):
+		return httpjson.Unavailable("the database file is damaged: restore it from a backup and restart")
+	case err != nil:
+		s.log.WarnContext(ctx, "not ready", slog.Any("err", err))
 		return httpjson.Unavailable("database is not writable")
-	}
-	st, err := s.opts.DB.MigrationStatus(ctx)
-	if err != nil {
-		s.log.WarnContext(ctx, "not ready: migration status", slog.Any("err", err))
-		return httpjson.Unavailable("cannot read the schema version")
-	}
-	if st.Pending() {
+	case st.Pending():
 		return httpjson.Unavailable("schema at version %d, %d expected; run switchyard migrate", st.Current, st.Latest)
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"status": "ready", "schemaVersion": st.Current})

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -208,19 +209,22 @@ func TestHealthAndReadiness(t *testing.T) {
 		if _, err := db.Write.Exec(`pragma query_only = on`); err != nil {
 			t.Fatal(err)
 		}
-		resp, eb := do(t, request(t, http.MethodGet, srv.URL+"/readyz", "", ""))
-		if resp.StatusCode != 503 || eb.Error.Code != "unavailable" {
-			t.Fatalf("status %d code %q", resp.StatusCode, eb.Error.Code)
-		}
+		// Readiness is cached for a couple of seconds (so probes stay cheap):
+		// it turns within that time.
+		waitFor(t, 10*time.Second, "readyz 503 unavailable", func() bool {
+			resp, eb := do(t, request(t, http.MethodGet, srv.URL+"/readyz", "", ""))
+			return resp.StatusCode == 503 && eb.Error.Code == "unavailable"
+		})
 		if resp, _ := do(t, request(t, http.MethodGet, srv.URL+"/healthz", "", "")); resp.StatusCode != 200 {
 			t.Fatalf("healthz after: %d", resp.StatusCode)
 		}
 		if _, err := db.Write.Exec(`pragma query_only = off`); err != nil {
 			t.Fatal(err)
 		}
-		if resp, _ := do(t, request(t, http.MethodGet, srv.URL+"/readyz", "", "")); resp.StatusCode != 200 {
-			t.Fatalf("readyz after recovery: %d", resp.StatusCode)
-		}
+		waitFor(t, 10*time.Second, "readyz 200 after recovery", func() bool {
+			resp, _ := do(t, request(t, http.MethodGet, srv.URL+"/readyz", "", ""))
+			return resp.StatusCode == 200
+		})
 	})
 }
 
