@@ -357,9 +357,10 @@ func deadLetterMessage(w writer, queue string, id ID, attempt int, orderKey, las
 	return true, nil
 }
 
-// retryMessage schedules delivery attempt of message id again at visible.
+// retryMessage schedules delivery attempt of message id again at visible,
+// which visibleAt has rounded.
 func retryMessage(w writer, queue string, id ID, attempt int, lastErr string, visible, now time.Time) (bool, error) {
-	res, err := w.exec(retryMessageQuery, gqTimeCeil(visible), queue, string(id), attempt)
+	res, err := w.exec(retryMessageQuery, gqTime(visible), queue, string(id), attempt)
 	if err != nil {
 		return false, fmt.Errorf("queue %s: retry %s: %w", queue, id, err)
 	}
@@ -390,13 +391,17 @@ func heldQueue(name string) string { return name + heldSuffix }
 
 func gqTime(t time.Time) string { return t.UTC().Format(goqiteLayout) }
 
-// gqTimeCeil rounds t up to the millisecond, so "not before t" holds.
-func gqTimeCeil(t time.Time) string {
+// visibleAt is when a message scheduled for t becomes visible: t rounded up
+// to goqite's millisecond, so that "not before t" holds, and a receive at or
+// after the returned time (whose now is truncated to the millisecond) finds it.
+// A worker waits for this time, not for t, or it would wake a fraction of a
+// millisecond early, find nothing and sleep a whole poll interval.
+func visibleAt(t time.Time) time.Time {
 	t = t.UTC()
 	if r := t.Sub(t.Truncate(time.Millisecond)); r > 0 {
 		t = t.Add(time.Millisecond - r)
 	}
-	return gqTime(t)
+	return t
 }
 
 func parseGQ(s string) (time.Time, error) {

@@ -708,3 +708,86 @@ func TestOrderKeyRedrive(t *testing.T) {
 		t.Errorf("handled %v; want a2,a3 (released by the dead letter) then the redriven a1", order)
 	}
 }
+
+func TestRetryTiming(t *testing.T) {
+	t.Parallel()
+	// A poll interval far longer than any delay below: a worker that misses
+	// the moment a retry becomes visible waits for the poll, which the
+	// bounds below tell apart from a timely wake-up even on a loaded machine.
+	const poll = 10 * time.Second
+
+	t.Run("fifty retries with a 1 ms delay take milliseconds each, not a poll interval", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		q := queue.New(queue.NewOpts{DB: db, Name: "q", Retry: queue.RetryPolicy{MaxAttempts: 100}})
+		done := make(chan time.Time, 1)
+		start(t, q, queue.WorkerOpts{PollInterval: poll, Handler: func(ctx context.Context, m queue.Message) error {
+			if m.Attempt <= 50 {
+				return queue.RetryAfter(time.Millisecond, errors.New("again"))
+			}
+			done <- time.Now()
+			return nil
+		}})
+		began := time.Now()
+		if _, err := q.Send(t.Context(), queue.Message{Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case end := <-done:
+			// A single missed wake-up costs a poll interval; fifty timely
+			// ones take milliseconds each (well under a second without -race).
+			if took := end.Sub(began); took > poll {
+				t.Fatalf("50 retries took %s: wake-ups were missed", took)
+			}
+		case <-time.After(10 * poll):
+			t.Fatal("the 51st attempt never came")
+		}
+	})
+
+	t.Run("a retry-after delay is never cut short and the retry comes when it is due", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		q := queue.New(queue.NewOpts{DB: db, Name: "q", Retry: queue.RetryPolicy{MaxAttempts: 100}})
+		delays := []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond}
+		const rounds = 8
+		var (
+			mu       sync.Mutex
+			returned time.Time
+			gaps     []time.Duration
+		)
+		finished := make(chan struct{})
+		start(t, q, queue.WorkerOpts{PollInterval: poll, Handler: func(ctx context.Context, m queue.Message) error {
+			now := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			if m.Attempt > 1 {
+				gaps = append(gaps, now.Sub(returned))
+			}
+			if m.Attempt > rounds*len(delays) {
+				close(finished)
+				return nil
+			}
+			returned = time.Now()
+			return queue.RetryAfter(delays[(m.Attempt-1)%len(delays)], errors.New("later"))
+		}})
+		if _, err := q.Send(t.Context(), queue.Message{Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-finished:
+		case <-time.After(10 * poll):
+			t.Fatal("the retries did not finish")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i, gap := range gaps {
+			d := delays[i%len(delays)]
+			if gap < d {
+				t.Errorf("retry %d after a RetryAfter(%s) came %s later: too early", i+1, d, gap)
+			}
+			if gap > d+poll/4 {
+				t.Errorf("retry %d after a RetryAfter(%s) came %s later: the wake-up was missed", i+1, d, gap)
+			}
+		}
+	})
+}

@@ -302,7 +302,8 @@ func (s *Subscription) loop() {
 		if redrives.woken.Swap(false) {
 			s.loadRedriven(ctx)
 		}
-		if stopping != nil {
+		// A damaged database file takes no more work (see Worker.loop).
+		if stopping != nil && s.db.Corrupt() == nil {
 			for _, p := range s.parts {
 				// Reload only with nothing in flight, so the records read
 				// back are not being handled at the same time.
@@ -679,7 +680,9 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 		case errors.Is(herr, errStale):
 			out.kind, halt = outcomeStale, true
 			continue
-		case s.hctx.Err() != nil:
+		case s.hctx.Err() != nil, store.IsCorrupt(herr):
+			// Stopping, or the database file is damaged: nothing is recorded
+			// and no attempt is counted.
 			out.kind, halt = outcomeAbandoned, true
 			continue
 		}

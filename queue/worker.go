@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"container/heap"
 	"context"
 	"database/sql"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"switchyard/store"
 )
 
 // HandlerFunc handles one queue message. Return nil to acknowledge it, an
@@ -57,7 +60,7 @@ type Worker struct {
 
 	mu       sync.Mutex
 	inflight map[ID]struct{}
-	nextDue  time.Time     // earliest retry this worker scheduled
+	dues     dueTimes      // when the retries this worker scheduled become visible
 	kick     chan struct{} // the completer scheduled a retry: recompute the wait
 }
 
@@ -176,7 +179,12 @@ func (w *Worker) loop() {
 		if told.woken.Swap(false) {
 			empty = false // a send since the last receive
 		}
-		if stopping != nil && free > 0 && !empty {
+		if w.retriesDue() {
+			empty = false // a retry became visible: receive it now
+		}
+		// A damaged database file takes no more work: it does not heal, and
+		// messages handled on it would only fail and burn their attempts.
+		if stopping != nil && free > 0 && !empty && q.db.Corrupt() == nil {
 			msgs, err := w.receive(min(free, maxReceiveBatch))
 			if err != nil {
 				q.log.Error("queue receive failed", slog.Any("err", err))
@@ -222,20 +230,25 @@ func (w *Worker) loop() {
 	}
 }
 
-// waitFor is how long the loop may sleep: until this worker's next known
-// retry is due, at most the poll interval.
+// retriesDue forgets the retries this worker scheduled that have become
+// visible, and reports whether there were any: the receive that follows
+// finds them.
+func (w *Worker) retriesDue() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dues.popDue(w.q.db.Now())
+}
+
+// waitFor is how long the loop may sleep: until the next retry this worker
+// scheduled becomes visible, at most the poll interval. It forgets nothing:
+// whichever wake-up ends the sleep, the top of the loop sees what is due.
 func (w *Worker) waitFor() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	d := w.opts.PollInterval
-	if w.nextDue.IsZero() {
-		return d
+	if next, ok := w.dues.next(); ok {
+		return max(min(w.opts.PollInterval, next.Sub(w.q.db.Now())), 0)
 	}
-	if left := w.nextDue.Sub(w.q.db.Now()); left > 0 {
-		return min(d, left)
-	}
-	w.nextDue = time.Time{} // due: wake at once and receive it
-	return 0
+	return w.opts.PollInterval
 }
 
 func (w *Worker) handle(m Message, freed chan<- struct{}) {
@@ -361,6 +374,24 @@ const (
 
 func (w *Worker) commit(batch []result) {
 	q := w.q
+	// A handler that failed on a damaged database did not fail on its own
+	// account: record nothing, and the message comes back after its timeout
+	// (to a process on a restored file) instead of being retried or dead-lettered here.
+	kept := batch[:0]
+	for _, r := range batch {
+		if store.IsCorrupt(r.err) {
+			w.mu.Lock()
+			delete(w.inflight, r.m.ID)
+			w.mu.Unlock()
+			q.log.Error("queue failure not recorded: the database file is damaged", slog.String("message_id", string(r.m.ID)),
+				slog.String("outcome", "halted"), slog.String("err", errorText(r.err)))
+			continue
+		}
+		kept = append(kept, r)
+	}
+	if batch = kept; len(batch) == 0 {
+		return
+	}
 	ctx := context.WithoutCancel(w.hctx)
 	outcomes := make([]outcome, len(batch))
 	dues := make([]time.Time, len(batch))
@@ -390,7 +421,7 @@ func (w *Worker) commit(batch []result) {
 				}
 				continue
 			}
-			dues[i] = now.Add(d.delay)
+			dues[i] = visibleAt(now.Add(d.delay))
 			ok, err := retryMessage(sw, q.name, r.m.ID, r.m.Attempt, text, dues[i], now)
 			if err != nil {
 				return err
@@ -408,8 +439,8 @@ func (w *Worker) commit(batch []result) {
 	}
 	if err == nil {
 		for i := range batch {
-			if outcomes[i] == outcomeRetry && (w.nextDue.IsZero() || dues[i].Before(w.nextDue) || !w.nextDue.After(q.db.Now())) {
-				w.nextDue = dues[i]
+			if outcomes[i] == outcomeRetry {
+				w.dues.add(dues[i])
 			}
 		}
 	}
@@ -548,4 +579,46 @@ func placeholders(n int) string {
 		return ""
 	}
 	return strings.Repeat("?, ", n-1) + "?"
+}
+
+// dueTimes is a min-heap of the times retries become visible.
+type dueTimes []time.Time
+
+// maxDues bounds the heap: past it, the latest are dropped and found by the
+// poll instead.
+const maxDues = 4096
+
+func (d *dueTimes) add(t time.Time) {
+	if len(*d) >= maxDues {
+		return
+	}
+	heap.Push(d, t)
+}
+
+// popDue removes every time at or before now and reports whether there was one.
+func (d *dueTimes) popDue(now time.Time) bool {
+	due := false
+	for len(*d) > 0 && !(*d)[0].After(now) {
+		heap.Pop(d)
+		due = true
+	}
+	return due
+}
+
+func (d dueTimes) next() (time.Time, bool) {
+	if len(d) == 0 {
+		return time.Time{}, false
+	}
+	return d[0], true
+}
+
+func (d dueTimes) Len() int           { return len(d) }
+func (d dueTimes) Less(i, j int) bool { return d[i].Before(d[j]) }
+func (d dueTimes) Swap(i, j int)      { d[i], d[j] = d[j], d[i] }
+func (d *dueTimes) Push(x any)        { *d = append(*d, x.(time.Time)) }
+func (d *dueTimes) Pop() any {
+	old := *d
+	t := old[len(old)-1]
+	*d = old[:len(old)-1]
+	return t
 }
