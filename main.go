@@ -6,6 +6,7 @@
 //	switchyard publish   append a JSON Lines file to a topic
 //	switchyard demo      serve on the sandbox with simulated traffic
 //	switchyard backup    write an online backup of the database
+//	switchyard check     check the database file's integrity
 //	switchyard loadtest  load a running instance through its public paths
 //	switchyard version   print the version
 package main
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return migrate(ctx, cfg, stdout, stderr)
 	case "backup":
 		return backupCmd(ctx, args, stdout, stderr)
+	case "check":
+		return checkCmd(ctx, args, stdout, stderr)
 	case "loadtest":
 		return loadtestCmd(ctx, args, stdout, stderr)
 	case "publish":
@@ -70,6 +73,7 @@ Commands:
   publish   append a JSON Lines file to a topic (switchyard publish --topic T FILE.jsonl)
   demo      serve on the sandbox with simulated traffic on all three flows (--rate, --duration)
   backup    write an online backup of the database (switchyard backup FILE)
+  check     check the database file's integrity (switchyard check [--quick])
   loadtest  drive a running instance through its public paths and report throughput and latency
   version   print the version
 

@@ -319,6 +319,16 @@ func TestBackupCommand(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "backed up") {
 		t.Fatalf("backup while serving: %v\n%s", err, out)
 	}
+	// The database and the copy hold every secret: only their owner reads them.
+	for _, f := range []string{db, db + "-wal", db + "-shm", dest} {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: mode %v, want 0600", filepath.Base(f), st.Mode().Perm())
+		}
+	}
 	p.stop(t)
 	// The copy is a whole database: it serves and keeps the first start's token.
 	q := start(t, dest)

@@ -100,6 +100,9 @@ func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 			log.Error("close database", slog.Any("err", err))
 		}
 	}()
+	if err := checkAtStart(ctx, db, log); err != nil {
+		return err
+	}
 	if applied, err := db.Migrate(ctx); err != nil {
 		return err
 	} else if len(applied) > 0 {

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"switchyard/store"
+)
+
+// startCheckTimeout bounds the integrity check serve runs at start: SQLite's
+// quick check reads the whole file, which takes seconds on a large one. A
+// check cut short is reported, and `switchyard check` does the whole one.
+const startCheckTimeout = 10 * time.Second
+
+// checkAtStart runs the quick integrity check before serving, so that a
+// damaged file is refused at start instead of failing work later.
+func checkAtStart(ctx context.Context, db *store.DB, log *slog.Logger) error {
+	cctx, cancel := context.WithTimeout(ctx, startCheckTimeout)
+	defer cancel()
+	start := time.Now()
+	err := db.CheckIntegrity(cctx, false)
+	switch {
+	case err == nil:
+		log.Info("database integrity quick check passed", slog.Duration("took", time.Since(start).Round(time.Millisecond)))
+		return nil
+	case errors.Is(err, store.ErrCorrupt):
+		return fmt.Errorf("%w\n(the file %s is damaged: restore the latest backup over it — README, Backups; `switchyard check` lists the faults)", err, db.Path())
+	case cctx.Err() != nil && ctx.Err() == nil:
+		log.Warn("database integrity quick check did not finish in time and was skipped for this start; run `switchyard check` to check the whole file",
+			slog.Duration("limit", startCheckTimeout))
+		return nil
+	default:
+		return err
+	}
+}
+
+// checkCmd is `switchyard check`: SQLite's full integrity check (or the quick
+// one), reported on stdout; it exits non-zero when the file is damaged.
+func checkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("switchyard check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := fs.String("db", "", "database to check (default $SWITCHYARD_DB or ./switchyard.db)")
+	quick := fs.Bool("quick", false, "the quick check only (no index contents; what serve runs at start)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: switchyard check [--db FILE] [--quick]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var cfgArgs []string
+	if *db != "" {
+		cfgArgs = []string{"--db", *db}
+	}
+	cfg, err := parseConfig("check", cfgArgs, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, cfg, newLogger(cfg, stderr))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	kind := "full"
+	if *quick {
+		kind = "quick"
+	}
+	fmt.Fprintf(stdout, "checking %s (%s integrity check)…\n", cfg.DB, kind)
+	start := time.Now()
+	if err := st.CheckIntegrity(ctx, !*quick); err != nil {
+		if errors.Is(err, store.ErrCorrupt) {
+			return fmt.Errorf("%w\nrestore the latest backup over the file (README, Backups)", err)
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "ok: no faults found in %s\n", time.Since(start).Round(time.Millisecond))
+	return nil
+}
