@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 
@@ -121,4 +122,54 @@ func ownWebhooks(u urls, paths map[int64]string) func(botID int64, url string) e
 		}
 		return fmt.Errorf("the sandbox delivers only to this instance's own %s", path)
 	}
+}
+
+// errSandboxExposed refuses a start that would serve the sandbox Bot API
+// beyond this machine without --sandbox-public.
+var errSandboxExposed = errors.New("refusing to start")
+
+// checkSandboxExposure refuses to serve the sandbox Bot API on an address
+// other machines can reach, unless the operator asked for it: a process
+// listening beyond loopback with a bot that has no token is most likely a
+// deployment that forgot its tokens, and it would hand whoever reaches the
+// port a fake Telegram in front of its bots.
+func checkSandboxExposure(cfg *config) error {
+	onboarding, chat := cfg.sandboxBots()
+	if (!onboarding && !chat) || loopbackAddr(cfg.Addr) || cfg.SandboxPublic {
+		return nil
+	}
+	var bots []string
+	if onboarding {
+		bots = append(bots, "the onboarding bot (BOT_TELEGRAM_TOKEN)")
+	}
+	if chat {
+		bots = append(bots, "the business-inbox bot (OMNI_TELEGRAM_TOKEN)")
+	}
+	return fmt.Errorf("%w: --addr %q is not a loopback address, and %s would run on the built-in sandbox Bot API, "+
+		"which anyone who can reach the port could call. Set the bot tokens to use Telegram, listen on 127.0.0.1, "+
+		"or pass --sandbox-public (SWITCHYARD_SANDBOX_PUBLIC=true) to serve the sandbox there on purpose",
+		errSandboxExposed, cfg.Addr, strings.Join(bots, " and "))
+}
+
+// sandboxExposed reports whether this process serves the sandbox Bot API
+// beyond loopback (only with --sandbox-public).
+func sandboxExposed(cfg *config) bool {
+	onboarding, chat := cfg.sandboxBots()
+	return (onboarding || chat) && !loopbackAddr(cfg.Addr)
+}
+
+// loopbackAddr reports whether the listen address addr (host:port) is on
+// this machine only: a loopback IP or "localhost". An empty host, an
+// unspecified IP (0.0.0.0, ::) and any other name count as reachable from
+// elsewhere.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mymmrac/telego"
 
@@ -201,4 +206,98 @@ func TestSandboxTokensSurviveRestart(t *testing.T) {
 		t.Fatalf("getMe with the kept token: %+v", a)
 	}
 	second.stop(t)
+}
+
+// TestSandboxExposure: serve refuses to put the sandbox on a non-loopback
+// address unless told to, and then says so in its banner.
+func TestSandboxExposure(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a non-loopback address with no bot tokens refuses to start", func(t *testing.T) {
+		db := filepath.Join(t.TempDir(), "never.db")
+		// A start that is not refused would serve until the deadline kills it.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary(t), "serve", "--db", db, "--addr", "0.0.0.0:0")
+		cmd.Env = os.Environ()
+		out, err := cmd.CombinedOutput()
+		if ctx.Err() != nil {
+			t.Fatalf("serve on 0.0.0.0 without tokens was not refused; it served until killed:\n%s", out)
+		}
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || !strings.Contains(string(out), "refusing to start") ||
+			!strings.Contains(string(out), "--sandbox-public") || !strings.Contains(string(out), "BOT_TELEGRAM_TOKEN") {
+			t.Fatalf("serve on 0.0.0.0 without tokens: %v\n%s", err, out)
+		}
+		if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the refused start touched the database: %v", err)
+		}
+	})
+
+	t.Run("with --sandbox-public it starts and the banner says the sandbox is exposed", func(t *testing.T) {
+		p := startArgs(t, []string{"serve", "--db", filepath.Join(t.TempDir(), "public.db"), "--addr", "0.0.0.0:0",
+			"--sandbox-public", "--log-format", "json"}, nil)
+		p.mu.Lock()
+		banner := p.stdout.String()
+		p.mu.Unlock()
+		if !strings.Contains(banner, "WARNING: the sandbox Bot API") || !strings.Contains(banner, "reachable by anyone") ||
+			!strings.Contains(banner, "set\n  BOT_TELEGRAM_TOKEN and OMNI_TELEGRAM_TOKEN") {
+			t.Fatalf("the banner does not warn about the exposed sandbox:\n%s", banner)
+		}
+		p.stop(t)
+	})
+
+	t.Run("a loopback address starts with no warning", func(t *testing.T) {
+		p := start(t, filepath.Join(t.TempDir(), "local.db"))
+		p.mu.Lock()
+		banner := p.stdout.String()
+		p.mu.Unlock()
+		if strings.Contains(banner, "WARNING") {
+			t.Fatalf("a loopback start warns:\n%s", banner)
+		}
+		p.stop(t)
+	})
+}
+
+func TestSandboxExposureRule(t *testing.T) {
+	t.Parallel()
+	t.Run("loopback addresses are told from reachable ones", func(t *testing.T) {
+		for addr, want := range map[string]bool{
+			"127.0.0.1:8080": true, "localhost:8080": true, "[::1]:8080": true, "127.0.0.2:80": true,
+			":8080": false, "0.0.0.0:8080": false, "[::]:8080": false, "192.168.1.10:8080": false,
+			"myhost:8080": false, "127.0.0.1": false,
+		} {
+			if got := loopbackAddr(addr); got != want {
+				t.Errorf("loopbackAddr(%q) = %v, want %v", addr, got, want)
+			}
+		}
+	})
+	t.Run("only a process with a bot on the sandbox is refused", func(t *testing.T) {
+		for _, tc := range []struct {
+			name    string
+			args    []string
+			env     map[string]string
+			refused bool
+		}{
+			{"every role, no tokens", []string{"--addr", ":8080"}, nil, true},
+			{"only the inbox bot on the sandbox", []string{"--addr", ":8080"}, map[string]string{"BOT_TELEGRAM_TOKEN": "1:x"}, true},
+			{"only the onboarding bot on the sandbox", []string{"--addr", ":8080"}, map[string]string{"OMNI_TELEGRAM_TOKEN": "1:x"}, true},
+			{"both tokens", []string{"--addr", ":8080"}, map[string]string{"BOT_TELEGRAM_TOKEN": "1:x", "OMNI_TELEGRAM_TOKEN": "2:y"}, false},
+			{"no bot role", []string{"--addr", ":8080", "--roles", "backend,referral,chat"}, nil, false},
+			{"explicit flag", []string{"--addr", ":8080", "--sandbox-public"}, nil, false},
+			{"explicit environment", []string{"--addr", ":8080"}, map[string]string{"SWITCHYARD_SANDBOX_PUBLIC": "true"}, false},
+			{"a bare flag before another flag", []string{"--sandbox-public", "--addr", ":8080"}, nil, false},
+			{"the flag set false over the environment", []string{"--addr", ":8080", "--sandbox-public=false"}, map[string]string{"SWITCHYARD_SANDBOX_PUBLIC": "true"}, true},
+			{"loopback", []string{"--addr", "127.0.0.1:8080"}, nil, false},
+		} {
+			cfg, err := parseConfig("serve", tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			err = checkSandboxExposure(cfg)
+			if refused := errors.Is(err, errSandboxExposed); refused != tc.refused {
+				t.Errorf("%s: %v, want refused %v", tc.name, err, tc.refused)
+			}
+		}
+	})
 }
