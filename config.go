@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,6 +27,8 @@ type config struct {
 	PublicURL       string
 	ShutdownTimeout time.Duration
 	BodyLimit       int64
+	// SandboxPublic allows the sandbox Bot API on a non-loopback Addr.
+	SandboxPublic bool
 
 	// Telegram: one Bot API base URL for both bots; each bot's own token.
 	TelegramAPIURL string
@@ -48,6 +51,23 @@ type option struct {
 	flag, env, def, usage string
 	set                   func(string) error
 }
+
+// boolean reports whether the option is a switch: one whose default is true
+// or false, which may stand alone on the command line (--flag is
+// --flag=true).
+func (o option) boolean() bool { return o.def == "true" || o.def == "false" }
+
+// boolText is a boolean flag's text, kept for the option's set to parse.
+type boolText struct{ v *string }
+
+func (b boolText) String() string {
+	if b.v == nil {
+		return ""
+	}
+	return *b.v
+}
+func (b boolText) Set(v string) error { *b.v = v; return nil }
+func (b boolText) IsBoolFlag() bool   { return true }
 
 type secretEnv struct{ env, usage string }
 
@@ -113,6 +133,14 @@ func (c *config) options(scope string) []option {
 		}},
 		option{"bot-username", "BOT_TELEGRAM_USERNAME", "", "the onboarding bot's @username for t.me deep links (default: the sandbox bot's)", str(&c.BotUsername)},
 		option{"backend-url", "SWITCHYARD_BACKEND_URL", "", "base URL of the /bot/* contract the bot calls (default: this process)", str(&c.BackendURL)},
+		option{"sandbox-public", "SWITCHYARD_SANDBOX_PUBLIC", "false", "serve the sandbox Bot API on a non-loopback --addr (refused otherwise while a bot has no token)", func(v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("must be true or false")
+			}
+			c.SandboxPublic = b
+			return nil
+		}},
 		option{"body-limit", "SWITCHYARD_BODY_LIMIT", "1048576", "largest accepted request body in bytes (413 beyond)", func(v string) error {
 			var n int64
 			if _, err := fmt.Sscan(v, &n); err != nil || n <= 0 {
@@ -156,7 +184,12 @@ func parseConfig(scope string, args []string, getenv func(string) string, help i
 	fs.SetOutput(io.Discard)
 	given := map[string]*string{}
 	for _, o := range opts {
-		given[o.flag] = fs.String(o.flag, "", o.usage)
+		given[o.flag] = new(string)
+		if o.boolean() {
+			fs.Var(boolText{given[o.flag]}, o.flag, o.usage)
+			continue
+		}
+		fs.StringVar(given[o.flag], o.flag, "", o.usage)
 	}
 	fs.Usage = func() { printUsage(help, scope, opts) }
 	if err := fs.Parse(args); err != nil {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"switchyard/demo"
-	"switchyard/telegram/fakebot"
 	"switchyard/web"
 )
 
@@ -173,14 +172,15 @@ type demoWorker struct {
 
 // newDemoWorker returns the demo worker of a process whose bots both run on
 // its sandbox, or nil when a bot has a real token (no demo data, ever, next
-// to real Telegram users).
-func newDemoWorker(ctx context.Context, cfg *config, sec secrets, u urls, sandbox *fakebot.Server, log *slog.Logger) *demoWorker {
-	if sandbox == nil || cfg.BotTelegramToken != "" || cfg.OmniToken != "" {
+// to real Telegram users) or does not run here.
+func newDemoWorker(ctx context.Context, cfg *config, sec secrets, u urls, sb *sandbox, log *slog.Logger) *demoWorker {
+	if sb == nil || sb.onboardingToken == "" || sb.omniToken == "" ||
+		cfg.BotTelegramToken != "" || cfg.OmniToken != "" {
 		return nil
 	}
 	opts := demo.Opts{
-		BaseURL: u.self, AdminToken: sec.AdminToken, BotSecret: sec.BotToBackend, Sandbox: sandbox,
-		OnboardingToken: fakebot.Token(sandboxOnboardingBotID), OmniToken: fakebot.Token(sandboxOmniBotID),
+		BaseURL: u.self, AdminToken: sec.AdminToken, BotSecret: sec.BotToBackend, Sandbox: sb.server,
+		OnboardingToken: sb.onboardingToken, OmniToken: sb.omniToken,
 		Logger: log,
 	}
 	run, _ := ctx.Value(demoRunKey{}).(*demoRun)

@@ -410,7 +410,7 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 
 	t.Run("the sandbox Bot API answers like Telegram", func(t *testing.T) {
 		wk.t = t
-		good := fakebot.Token(sandboxOnboardingBotID)
+		good := sandboxTokens(t, wk.w.srv.URL, wk.w.sec.AdminToken)["onboarding"]
 		telegramError := func(a walkAnswer) int {
 			var e struct {
 				Ok        bool `json:"ok"`
@@ -430,6 +430,7 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 			want int
 		}{
 			{sandboxPath + "/bot" + botID + ":wrong-secret/getMe", http.StatusUnauthorized},
+			{sandboxPath + "/bot" + fakebot.Token(sandboxOnboardingBotID) + "/getMe", http.StatusUnauthorized},
 			{sandboxPath + "/bot" + botID + ":" + strings.Repeat("A", 35) + "/getUpdates", http.StatusUnauthorized},
 			{sandboxPath + "/botnot-a-token/getMe", http.StatusNotFound},
 			{sandboxPath + "/bot/getMe", http.StatusNotFound},

@@ -90,6 +90,9 @@ type worker interface {
 }
 
 func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
+	if err := checkSandboxExposure(cfg); err != nil {
+		return err
+	}
 	log := newLogger(cfg, stderr)
 	db, err := openStore(ctx, cfg, log)
 	if err != nil {
@@ -137,7 +140,7 @@ func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 	for _, f := range app.onShutdown {
 		srv.RegisterOnShutdown(f)
 	}
-	printBanner(stdout, base, sec)
+	printBanner(stdout, base, sec, sandboxExposed(cfg))
 	log.Info("switchyard started", slog.String("addr", ln.Addr().String()), slog.String("db", cfg.DB),
 		slog.Any("roles", cfg.Roles), slog.String("version", version()))
 
@@ -183,9 +186,14 @@ func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 }
 
 // printBanner tells the operator where the console is, once per start, on
-// stdout (never through the log).
-func printBanner(w io.Writer, base string, sec secrets) {
+// stdout (never through the log), and whether the sandbox Bot API is exposed.
+func printBanner(w io.Writer, base string, sec secrets, sandboxExposed bool) {
 	fmt.Fprintf(w, "\nSwitchyard is running at %s\n", base)
+	if sandboxExposed {
+		fmt.Fprintf(w, "  WARNING: the sandbox Bot API (%s%s) is reachable by anyone who can reach this port\n", base, sandboxPath)
+		fmt.Fprintf(w, "  (--sandbox-public): bots without a token talk to it instead of Telegram. To turn it off, set\n")
+		fmt.Fprintf(w, "  BOT_TELEGRAM_TOKEN and OMNI_TELEGRAM_TOKEN, or listen on 127.0.0.1.\n")
+	}
 	if sec.adminFromEnv {
 		fmt.Fprintf(w, "  Admin console: %s/admin (log in with SWITCHYARD_ADMIN_TOKEN)\n\n", base)
 		return

@@ -15,7 +15,6 @@ import (
 	"switchyard/referral"
 	"switchyard/store"
 	"switchyard/telegram"
-	"switchyard/telegram/fakebot"
 	"switchyard/web"
 )
 
@@ -47,15 +46,6 @@ func (a *app) close() {
 // people and Telegram reach it at.
 type urls struct{ self, public string }
 
-// sandboxPath is where the built-in fake Bot API is mounted when a bot has no token.
-const sandboxPath = "/sandbox/telegram"
-
-// Sandbox bot ids: the fake derives a bot's token from its id.
-const (
-	sandboxOnboardingBotID = 7000000001
-	sandboxOmniBotID       = 7000000002
-)
-
 // wire builds the subsystems this process runs and mounts their routes.
 func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog.Logger, u urls) (*app, error) {
 	a := &app{}
@@ -78,33 +68,24 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 		return nil
 	}})
 
-	// The sandbox: a fake Telegram Bot API inside the process, for every bot
-	// that has no real token, so `go run .` works end to end offline.
-	var (
-		sandbox                        *fakebot.Server
-		sandboxOnboarding, sandboxOmni int64 // the bots on the sandbox; zero for a real token
-	)
-	sandboxURL := func() string {
-		if sandbox == nil {
-			// Update ids start from the clock: the bots remember the ids they
-			// saw (offsets, dedup keys) across restarts; the fake does not.
-			sandbox = fakebot.New(fakebot.Opts{
-				BasePath: sandboxPath, Log: log.With(slog.String("subsystem", "sandbox")),
-				FirstUpdateID: fakebot.UpdateIDFromClock(),
-			})
-			a.closers = append(a.closers, sandbox.Close)
-			// Its long polls end when the server starts shutting down.
-			a.onShutdown = append(a.onShutdown, sandbox.Close)
-			wo.Public = append(wo.Public, func(r *mux.Router) { r.PathPrefix(sandboxPath + "/").Handler(sandbox) })
-		}
-		return u.self + sandboxPath
+	// The sandbox (sandbox.go): a fake Telegram Bot API inside the process,
+	// for every bot that has no real token, so `go run .` works end to end
+	// offline.
+	sb, err := newSandbox(ctx, cfg, db, u, log)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if sb != nil {
+		a.closers = append(a.closers, sb.server.Close)
+		// Its long polls end when the server starts shutting down.
+		a.onShutdown = append(a.onShutdown, sb.server.Close)
+		wo.Public = append(wo.Public, func(r *mux.Router) { r.PathPrefix(sandboxPath + "/").Handler(sb.server) })
 	}
 
 	// Bot outbox: the backend's contract, and the onboarding bot that polls it.
 	botToken, botAPI, botUsername := cfg.BotTelegramToken, cfg.TelegramAPIURL, cfg.BotUsername
-	if botToken == "" && cfg.has("bot") {
-		botToken, botAPI = fakebot.Token(sandboxOnboardingBotID), sandboxURL()
-		sandboxOnboarding = sandboxOnboardingBotID
+	if sb != nil && sb.onboardingToken != "" {
+		botToken, botAPI = sb.onboardingToken, u.self+sandboxPath
 	}
 	if botUsername == "" && cfg.BotTelegramToken == "" {
 		botUsername = fmt.Sprintf("fake%d_bot", sandboxOnboardingBotID)
@@ -137,7 +118,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 			TelegramAPIURL: botAPI,
 			Updates:        cfg.BotUpdates,
 			WebhookSecret:  sec.BotWebhook,
-			WebhookURL:     u.public + "/webhooks/bot",
+			WebhookURL:     u.public + onboardingWebhookPath,
 			CabinetURL:     u.public + "/admin",
 		})
 		if err != nil {
@@ -164,9 +145,8 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	// Chat platform: the admin surface everywhere; inbound, chat and outbound
 	// by role, each of which can be its own process on the same file.
 	omniToken, omniAPI := cfg.OmniToken, cfg.TelegramAPIURL
-	if omniToken == "" && (cfg.has("inbound") || cfg.has("outbound")) {
-		omniToken, omniAPI = fakebot.Token(sandboxOmniBotID), sandboxURL()
-		sandboxOmni = sandboxOmniBotID
+	if sb != nil && sb.omniToken != "" {
+		omniToken, omniAPI = sb.omniToken, u.self+sandboxPath
 	}
 	omniLog := log.With(slog.String("subsystem", "omni"))
 	chatAdmin := omni.NewAdmin(omni.AdminOpts{DB: db, Logger: omniLog})
@@ -211,13 +191,13 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	}
 
 	// The console's Sandbox page and API, when a bot runs on the fake.
-	if sandbox != nil {
-		wo.Sandbox = &web.Sandbox{Server: sandbox, OnboardingBotID: sandboxOnboarding, ChatBotID: sandboxOmni}
+	if sb != nil {
+		wo.Sandbox = &web.Sandbox{Server: sb.server, OnboardingToken: sb.onboardingToken, ChatToken: sb.omniToken}
 	}
 
 	// Demo (demo.go): with both bots on the sandbox, seed the database once
 	// it serves, and run the simulator under `switchyard demo`.
-	if dw := newDemoWorker(ctx, cfg, sec, u, sandbox, log); dw != nil {
+	if dw := newDemoWorker(ctx, cfg, sec, u, sb, log); dw != nil {
 		a.workers = append(a.workers, dw)
 		wo.Demo = demoSwitch{ctl: dw.Controller(), log: log.With(slog.String("subsystem", "demo"))}
 	}

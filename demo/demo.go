@@ -31,7 +31,8 @@ type Opts struct {
 	// talk to (the same process).
 	Sandbox *fakebot.Server
 	// OnboardingToken and OmniToken are the sandbox tokens of the
-	// onboarding bot and of the business-inbox bot (fakebot.Token(id)).
+	// onboarding bot and of the business-inbox bot (random per database in
+	// the app; fakebot.Token(id) on a fake without Opts.Tokens).
 	OnboardingToken string
 	OmniToken       string
 	// Rate is new arrivals per second, taken in turn by the three flows (a

@@ -647,11 +647,14 @@ func TestChatConsole(t *testing.T) {
 func TestSandbox(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
-	fake := fakebot.New(fakebot.Opts{})
+	const (
+		onboardingToken = "7100000001:onboarding_Secret-0123456789abcdefg"
+		chatToken       = "7100000002:chat_Secret-0123456789abcdefghijklm"
+	)
+	fake := fakebot.New(fakebot.Opts{Tokens: []string{onboardingToken, chatToken}})
 	fakeSrv := httptest.NewServer(fake)
 	t.Cleanup(func() { fakeSrv.Close(); fake.Close() })
-	const onboardingID, chatID = 7100000001, 7100000002
-	c := newConsole(t, web.Options{DB: db, Sandbox: &web.Sandbox{Server: fake, OnboardingBotID: onboardingID, ChatBotID: chatID}})
+	c := newConsole(t, web.Options{DB: db, Sandbox: &web.Sandbox{Server: fake, OnboardingToken: onboardingToken, ChatToken: chatToken}})
 	api := func(method, path, body string) int {
 		t.Helper()
 		resp, _ := do(t, request(t, method, c.base+"/admin/api/sandbox"+path, adminToken, body))
@@ -662,16 +665,16 @@ func TestSandbox(t *testing.T) {
 		if status := api(http.MethodPost, "/users/42/start", `{"payload":"alice","firstName":"Ann"}`); status != 200 {
 			t.Fatalf("status %d", status)
 		}
-		chat, ok := fake.Bot(fakebot.Token(onboardingID)).Chat(42)
+		chat, ok := fake.Bot(onboardingToken).Chat(42)
 		if !ok || len(chat.Messages) != 1 || chat.Messages[0].Text != "/start alice" || chat.User.FirstName != "Ann" {
 			t.Fatalf("chat %+v", chat)
 		}
-		if n := fake.Bot(fakebot.Token(onboardingID)).PendingUpdates(); n != 1 {
+		if n := fake.Bot(onboardingToken).PendingUpdates(); n != 1 {
 			t.Fatalf("%d updates waiting, want 1", n)
 		}
 	})
 	t.Run("pressing the bot's button finds the latest message carrying it", func(t *testing.T) {
-		sendAsBot(t, fakeSrv.URL, fakebot.Token(onboardingID), 42, "Is this your account?", "bind:5")
+		sendAsBot(t, fakeSrv.URL, onboardingToken, 42, "Is this your account?", "bind:5")
 		if status := api(http.MethodPost, "/users/42/press", `{"data":"bind:5"}`); status != 200 {
 			t.Fatalf("status %d", status)
 		}
@@ -702,9 +705,34 @@ func TestSandbox(t *testing.T) {
 		if status := api(http.MethodPost, "/users/77/business-message", `{"text":"hello shop","firstName":"Bob"}`); status != 200 {
 			t.Fatalf("status %d", status)
 		}
-		v, err := fake.Bot(fakebot.Token(chatID)).View()
+		v, err := fake.Bot(chatToken).View()
 		if err != nil || len(v.Connections) != 1 || len(v.Chats) != 1 || v.Chats[0].Messages[0].Text != "hello shop" {
 			t.Fatalf("chat bot view %+v %v", v, err)
+		}
+	})
+	t.Run("the operator reads each sandbox bot's token from the API", func(t *testing.T) {
+		resp, err := http.DefaultClient.Do(request(t, http.MethodGet, c.base+"/admin/api/sandbox", adminToken, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var view struct {
+			Bots []struct {
+				Bot   string `json:"bot"`
+				ID    int64  `json:"id"`
+				Token string `json:"token"`
+			} `json:"bots"`
+		}
+		if err := json.Unmarshal(body, &view); resp.StatusCode != 200 || err != nil {
+			t.Fatalf("GET /admin/api/sandbox: %d %s %v", resp.StatusCode, body, err)
+		}
+		got := map[string]string{}
+		for _, b := range view.Bots {
+			got[b.Bot] = b.Token
+		}
+		if got["onboarding"] != onboardingToken || got["chat"] != chatToken {
+			t.Fatalf("tokens %v, want the sandbox's", got)
 		}
 	})
 	t.Run("a user who blocked the bot can press nothing", func(t *testing.T) {

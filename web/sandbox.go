@@ -23,12 +23,12 @@ import (
 type Sandbox struct {
 	// Server is the fake Bot API the sandboxed bots are pointed at.
 	Server *fakebot.Server
-	// OnboardingBotID is the onboarding bot's id in the fake; zero when that
-	// bot uses the real Telegram (or does not run).
-	OnboardingBotID int64
-	// ChatBotID is the chat platform's bot (Telegram Business) in the fake;
-	// zero when it uses the real Telegram (or does not run).
-	ChatBotID int64
+	// OnboardingToken is the onboarding bot's token on the fake; empty when
+	// that bot uses the real Telegram (or does not run).
+	OnboardingToken string
+	// ChatToken is the chat platform's bot (Telegram Business) on the fake;
+	// empty when it uses the real Telegram (or does not run).
+	ChatToken string
 }
 
 // The sandbox's bots, as the forms and the API name them.
@@ -43,16 +43,16 @@ var defaultBusinessOwner = telego.User{ID: 100000, FirstName: "Sandbox", LastNam
 
 // bot returns the handle of the named sandbox bot.
 func (sb *Sandbox) bot(name string) (*fakebot.Bot, error) {
-	id := sb.OnboardingBotID
+	token := sb.OnboardingToken
 	if name == sandboxChatBot {
-		id = sb.ChatBotID
+		token = sb.ChatToken
 	} else if name != "" && name != sandboxOnboardingBot {
 		return nil, httpjson.BadRequest("bot must be %q or %q", sandboxOnboardingBot, sandboxChatBot)
 	}
-	if id == 0 {
+	if token == "" {
 		return nil, httpjson.NotFound("the %s bot is not on the sandbox in this process", nameOr(name, sandboxOnboardingBot))
 	}
-	return sb.Server.Bot(fakebot.Token(id)), nil
+	return sb.Server.Bot(token), nil
 }
 
 func nameOr(s, fallback string) string {
@@ -271,18 +271,17 @@ type sandboxButton struct {
 }
 
 func (sb *Sandbox) model() sandboxModel {
-	m := sandboxModel{ChatBot: sb.ChatBotID != 0, Onboarding: sb.OnboardingBotID != 0}
+	m := sandboxModel{ChatBot: sb.ChatToken != "", Onboarding: sb.OnboardingToken != ""}
 	for _, bt := range []struct {
-		role, label string
-		id          int64
+		role, label, token string
 	}{
-		{sandboxOnboardingBot, "Onboarding bot", sb.OnboardingBotID},
-		{sandboxChatBot, "Chat platform bot (Telegram Business)", sb.ChatBotID},
+		{sandboxOnboardingBot, "Onboarding bot", sb.OnboardingToken},
+		{sandboxChatBot, "Chat platform bot (Telegram Business)", sb.ChatToken},
 	} {
-		if bt.id == 0 {
+		if bt.token == "" {
 			continue
 		}
-		v, err := sb.Server.Bot(fakebot.Token(bt.id)).View()
+		v, err := sb.Server.Bot(bt.token).View()
 		if err != nil {
 			continue
 		}
@@ -408,7 +407,7 @@ func (s *Server) sandboxAct(act func(sb *Sandbox, r *http.Request, u telego.User
 
 // The sandbox's admin API, for programs holding the admin token (the demo):
 //
-//	GET  /sandbox                               the bots, their chats and connections
+//	GET  /sandbox                               the bots (with their tokens), chats and connections
 //	POST /sandbox/users/{id}/start              {"payload","firstName","bot"} → /start <payload>
 //	POST /sandbox/users/{id}/messages           {"text","firstName","bot"}    → a message to the bot
 //	POST /sandbox/users/{id}/press              {"data","messageId","bot"}    → press an inline button
@@ -594,9 +593,12 @@ type sandboxViewJSON struct {
 }
 
 type sandboxBotJSON struct {
-	Bot         string            `json:"bot"`
-	ID          int64             `json:"id"`
-	Username    string            `json:"username"`
+	Bot      string `json:"bot"`
+	ID       int64  `json:"id"`
+	Username string `json:"username"`
+	// Token is the bot's token on the sandbox, random per database: what a
+	// program driving the sandbox as the bot (a test kit) calls it with.
+	Token       string            `json:"token"`
 	Connections []sandboxConnJSON `json:"connections"`
 	Chats       []sandboxChatJSON `json:"chats"`
 }
@@ -622,17 +624,16 @@ func (s *Server) apiSandboxView(w http.ResponseWriter, r *http.Request) error {
 	sb := s.opts.Sandbox
 	out := sandboxViewJSON{Bots: []sandboxBotJSON{}}
 	for _, bt := range []struct {
-		name string
-		id   int64
-	}{{sandboxOnboardingBot, sb.OnboardingBotID}, {sandboxChatBot, sb.ChatBotID}} {
-		if bt.id == 0 {
+		name, token string
+	}{{sandboxOnboardingBot, sb.OnboardingToken}, {sandboxChatBot, sb.ChatToken}} {
+		if bt.token == "" {
 			continue
 		}
-		v, err := sb.Server.Bot(fakebot.Token(bt.id)).View()
+		v, err := sb.Server.Bot(bt.token).View()
 		if err != nil {
 			return err
 		}
-		b := sandboxBotJSON{Bot: bt.name, ID: v.ID, Username: v.Username, Connections: []sandboxConnJSON{}, Chats: []sandboxChatJSON{}}
+		b := sandboxBotJSON{Bot: bt.name, ID: v.ID, Username: v.Username, Token: bt.token, Connections: []sandboxConnJSON{}, Chats: []sandboxChatJSON{}}
 		for _, c := range v.Connections {
 			b.Connections = append(b.Connections, sandboxConnJSON{ID: c.ID, OwnerID: c.User.ID, Enabled: c.IsEnabled,
 				CanReply: c.Rights != nil && c.Rights.CanReply})

@@ -4,8 +4,11 @@
 // point telego at it with telego.WithAPIServer (or telegram.NewBot's apiURL).
 //
 // It serves /bot<TOKEN>/<method> for any number of tokens; each token is its
-// own bot whose id is the number before the token's colon (Token makes
-// well-formed ones). Answers have the real Bot API shapes,
+// own bot whose id is the number before the token's colon. By default it
+// accepts the computable Token(id) of every id, as tests want; a fake others
+// can reach (the app's sandbox) lists its random tokens in Opts.Tokens,
+// restricts setWebhook with Opts.CheckWebhookFunc and refuses browsers'
+// cross-origin requests with Opts.RefuseCrossOrigin. Answers have the real Bot API shapes,
 // {"ok":true,"result":…} and {"ok":false,"error_code":…,"description":…,
 // "parameters":{"retry_after":N}}, with the HTTP status equal to error_code.
 // Parameters are read from JSON, urlencoded and multipart bodies and the

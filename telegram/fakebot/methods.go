@@ -177,6 +177,11 @@ func (s *Server) setWebhook(b *botState, p params) answer {
 	if !validWebhookURL(raw) {
 		return answer{err: badRequest("bad webhook: An HTTPS URL must be provided for webhook")}
 	}
+	if s.opts.CheckWebhookFunc != nil {
+		if err := s.opts.CheckWebhookFunc(b.me.ID, raw); err != nil {
+			return answer{err: badRequest("bad webhook: " + err.Error())}
+		}
+	}
 	secret := p["secret_token"]
 	if secret != "" && !validSecret(secret) {
 		return answer{err: badRequest("secret token contains unallowed characters")}

@@ -3,6 +3,7 @@ package fakebot
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -58,10 +59,30 @@ type Opts struct {
 	// MaxMessagesPerChat is how many messages a chat keeps in the read
 	// model; 1,000 when zero.
 	MaxMessagesPerChat int
+	// Tokens, when set, are the only tokens the fake accepts, one per bot
+	// id: any other token (Token(id) included) answers 401 Unauthorized,
+	// and a Bot handle on it fails with ErrBadToken. When empty, the fake
+	// accepts Token(id) for every id, which is what tests want; a fake that
+	// others can reach (the app's sandbox) must list random tokens here.
+	Tokens []string
+	// CheckWebhookFunc, when set, vets the URL of every setWebhook call of
+	// the bot botID: an error refuses the call with 400 "Bad Request: bad
+	// webhook: <error>", so that a fake others can reach delivers updates
+	// only where its owner intends. It runs with the fake's lock held and
+	// must not call the Server.
+	CheckWebhookFunc func(botID int64, url string) error
+	// RefuseCrossOrigin makes the fake answer 403 Forbidden to every
+	// request a browser marks as sent from another origin (Sec-Fetch-Site,
+	// or an Origin that is not the Host), whatever its method: the Bot API
+	// takes a GET with its parameters in the query string as readily as a
+	// POST, so no method is safe. Programs such as telego send neither
+	// header and pass. Set it when the fake is mounted where browsers go.
+	RefuseCrossOrigin bool
 }
 
 // Server is a fake Telegram Bot API. It serves /bot<TOKEN>/<method> for any
-// number of bots, each with the token Token(id) (any other token answers 401
+// number of bots, each with the token Token(id) or, when Opts.Tokens is set,
+// with only the tokens listed there (any other token answers 401
 // Unauthorized, as Telegram does), and lets tests and the sandbox act as
 // Telegram users. It is safe for concurrent use.
 type Server struct {
@@ -70,6 +91,8 @@ type Server struct {
 	now     func() time.Time
 	limiter *telegram.Limiter // nil when limits are not enforced
 	slack   time.Duration
+	tokens  map[int64]string            // Opts.Tokens by bot id; nil: Token(id) for every id
+	csrf    *http.CrossOriginProtection // nil unless Opts.RefuseCrossOrigin
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -123,6 +146,22 @@ func New(opts Opts) *Server {
 		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x5eed)),
 		changed: make(chan struct{}),
 	}
+	if len(opts.Tokens) > 0 {
+		s.tokens = make(map[int64]string, len(opts.Tokens))
+		for _, token := range opts.Tokens {
+			id, ok := telegram.BotIDFromToken(token)
+			if !ok {
+				panic("fakebot: malformed token in Opts.Tokens")
+			}
+			if _, dup := s.tokens[id]; dup {
+				panic(fmt.Sprintf("fakebot: two tokens for bot %d in Opts.Tokens", id))
+			}
+			s.tokens[id] = token
+		}
+	}
+	if opts.RefuseCrossOrigin {
+		s.csrf = http.NewCrossOriginProtection()
+	}
 	if opts.Limits != nil {
 		s.limiter = telegram.NewLimiter(*opts.Limits)
 		s.slack = opts.LimitSlack
@@ -157,10 +196,21 @@ func (s *Server) Close() {
 func UpdateIDFromClock() int { return int(time.Now().UnixMilli()) }
 
 // Token returns a well-formed, deterministic bot token for botID, accepted
-// by telego.NewBot.
+// by telego.NewBot, and by a fake constructed without Opts.Tokens. Anyone can
+// compute it: it is for tests, never for a fake others can reach.
 func Token(botID int64) string {
 	sum := sha256.Sum256([]byte("fakebot:" + strconv.FormatInt(botID, 10)))
 	return strconv.FormatInt(botID, 10) + ":" + hex.EncodeToString(sum[:])[:35]
+}
+
+// accepts reports whether token is botID's token on this fake, comparing in
+// constant time.
+func (s *Server) accepts(botID int64, token string) bool {
+	want, ok := Token(botID), true
+	if s.tokens != nil {
+		want, ok = s.tokens[botID]
+	}
+	return ok && subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1
 }
 
 // Revoke makes every later call with token answer 401 Unauthorized, like a
@@ -219,6 +269,15 @@ type answer struct {
 
 // ServeHTTP answers Bot API calls at BasePath/bot<TOKEN>/<method>.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.csrf != nil {
+		// Check passes every safe method; ask it as if this were a POST.
+		asPost := r.WithContext(r.Context())
+		asPost.Method = http.MethodPost
+		if s.csrf.Check(asPost) != nil {
+			writeAnswer(w, answer{err: forbidden("cross-origin request refused")})
+			return
+		}
+	}
 	rest, ok := strings.CutPrefix(r.URL.Path, s.opts.BasePath+"/bot")
 	if !ok {
 		writeAnswer(w, answer{err: errNotFound})
@@ -230,7 +289,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeAnswer(w, answer{err: errNotFound})
 		return
 	}
-	if token != Token(botID) {
+	if !s.accepts(botID, token) {
 		// A wrong secret part is a wrong token, as at Telegram: a client
 		// configured with a typo fails loudly instead of talking to a
 		// phantom bot of its own.

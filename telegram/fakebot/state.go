@@ -76,13 +76,13 @@ type webhook struct {
 }
 
 // bot returns the state of token's bot, creating it on first sight; nil for
-// a malformed token. Call with s.mu held.
+// a token the fake does not accept. Call with s.mu held.
 func (s *Server) bot(token string) *botState {
 	if b := s.bots[token]; b != nil {
 		return b
 	}
 	id, ok := telegram.BotIDFromToken(token)
-	if !ok {
+	if !ok || !s.accepts(id, token) {
 		return nil
 	}
 	idText := strconv.FormatInt(id, 10)

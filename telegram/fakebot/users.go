@@ -12,7 +12,7 @@ import (
 
 // Errors the simulated users' actions return.
 var (
-	ErrBadToken      = errors.New("fakebot: malformed bot token")
+	ErrBadToken      = errors.New("fakebot: not a bot token this fake accepts")
 	ErrBadUser       = errors.New("fakebot: a user needs a positive id and a first name")
 	ErrNoChat        = errors.New("fakebot: the user has no chat with this bot")
 	ErrNoMessage     = errors.New("fakebot: no such message in the chat")
