@@ -8,17 +8,14 @@ import (
 	"time"
 )
 
-// HoldOpen lets a handler that waits on purpose — a long poll — keep its
-// connection for d from now, past the server's ReadTimeout and WriteTimeout:
-// it moves both deadlines of the connection (net/http cancels a request's
-// context when the read deadline passes, even with the body read). Pass the
-// longest the handler may wait plus a margin for the answer. A writer
-// without deadlines (httptest.ResponseRecorder) is left as it is.
+// HoldOpen lets a handler that waits on purpose — a long poll — answer up
+// to d from now, past the server's WriteTimeout, by moving its connection's
+// write deadline. (The ReadTimeout needs no help: net/http lifts the read
+// deadline once the request body is read.) Pass the longest the handler may
+// wait plus a margin for the answer. A writer without deadlines
+// (httptest.ResponseRecorder) is left as it is.
 func HoldOpen(w http.ResponseWriter, d time.Duration) {
-	rc := http.NewResponseController(w)
-	until := time.Now().Add(d)
-	_ = rc.SetReadDeadline(until)
-	_ = rc.SetWriteDeadline(until)
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
 }
 
 // SetRetryAfter sets Retry-After to wait in whole seconds, rounded up and at
