@@ -329,12 +329,6 @@ func (l *Limiter) forwardedFor(r *http.Request, proxy netip.Addr) netip.Addr {
 	return addr
 }
 
-// RetryAfter is the Retry-After value for a wait: whole seconds, rounded
-// up, at least one.
-func RetryAfter(wait time.Duration) int {
-	return max(int((wait+time.Second-1)/time.Second), 1)
-}
-
 // ParseTrustedProxies reads a comma-separated list of IP addresses and CIDR
 // prefixes.
 func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
