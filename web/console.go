@@ -253,13 +253,15 @@ const loginBodyLimit = 4 << 10
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, loginBodyLimit)
 	if err := r.ParseForm(); err != nil {
+		if httpjson.IsTimeout(err) {
+			// The server's read timeout cut the body and ended the request's
+			// context, so no page renders: a plain 408.
+			httpjson.WriteError(w, r, httpjson.RequestTimeout())
+			return
+		}
 		status := http.StatusBadRequest
-		var maxed *http.MaxBytesError
-		switch {
-		case errors.As(err, &maxed):
+		if maxed := (*http.MaxBytesError)(nil); errors.As(err, &maxed) {
 			status = http.StatusRequestEntityTooLarge
-		case httpjson.IsTimeout(err):
-			status = http.StatusRequestTimeout
 		}
 		s.renderStatus(w, r, status, loginView("/admin", "The form could not be read."))
 		return
