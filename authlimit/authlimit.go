@@ -32,6 +32,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,6 +90,9 @@ type Limiter struct {
 	opts Opts
 	log  *slog.Logger
 
+	// records mirrors len(clients), so that while no client has failures
+	// on record — the usual case — a check takes no lock.
+	records atomic.Int64
 	mu      sync.Mutex
 	clients map[string]*list.Element // of *record
 	lru     *list.List               // front: the most recent failure
@@ -148,13 +152,25 @@ const (
 // the presented secret, runs only when the client may try now. The wait is
 // how long a Throttled client must still wait.
 func (l *Limiter) Check(r *http.Request, surface string, right func() bool) (Verdict, time.Duration) {
-	client := l.Client(r)
-	probation, wait := l.admit(client)
-	if wait > 0 {
-		metricThrottled.WithLabelValues(surface).Inc()
-		return Throttled, wait
+	// While no client has failures on record, a right secret costs no lock
+	// and no parsing of the address.
+	var client string
+	probation := false
+	if l.records.Load() != 0 {
+		client = l.Client(r)
+		var wait time.Duration
+		if probation, wait = l.admit(client); wait > 0 {
+			metricThrottled.WithLabelValues(surface).Inc()
+			return Throttled, wait
+		}
 	}
 	ok := right()
+	if ok && !probation && l.records.Load() == 0 {
+		return Allowed, 0
+	}
+	if client == "" {
+		client = l.Client(r)
+	}
 	failures, wait := l.record(client, probation, ok)
 	if ok {
 		return Allowed, 0
@@ -186,6 +202,7 @@ func (l *Limiter) admit(client string) (probation bool, wait time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.opts.Now()
+	l.prune(now)
 	rec := l.lookup(client, now)
 	if rec == nil {
 		return false, 0
@@ -252,18 +269,24 @@ func (l *Limiter) forgotten(rec *record, now time.Time) bool {
 	return rec.inFlight == 0 && !now.Before(rec.lastFailure.Add(l.opts.Forget)) && !now.Before(rec.blockedUntil)
 }
 
-// insert adds a record for client, first dropping forgotten records from
-// the back and, at MaxClients, the one whose last failure is oldest.
+// prune drops forgotten records from the back, the oldest failures, so
+// that once an attack is over the checks go back to taking no lock.
+func (l *Limiter) prune(now time.Time) {
+	for back := l.lru.Back(); back != nil && l.forgotten(back.Value.(*record), now); back = l.lru.Back() {
+		l.remove(back.Value.(*record))
+	}
+}
+
+// insert adds a record for client, first dropping forgotten records and, at
+// MaxClients, the one whose last failure is oldest.
 func (l *Limiter) insert(client string, now time.Time) *record {
-	for back := l.lru.Back(); back != nil; back = l.lru.Back() {
-		rec := back.Value.(*record)
-		if len(l.clients) < l.opts.MaxClients && !l.forgotten(rec, now) {
-			break
-		}
-		l.remove(rec)
+	l.prune(now)
+	for len(l.clients) >= l.opts.MaxClients {
+		l.remove(l.lru.Back().Value.(*record))
 	}
 	rec := &record{client: client, lastFailure: now}
 	l.clients[client] = l.lru.PushFront(rec)
+	l.records.Store(int64(len(l.clients)))
 	return rec
 }
 
@@ -271,6 +294,7 @@ func (l *Limiter) remove(rec *record) {
 	if el, ok := l.clients[rec.client]; ok {
 		l.lru.Remove(el)
 		delete(l.clients, rec.client)
+		l.records.Store(int64(len(l.clients)))
 	}
 }
 
