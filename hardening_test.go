@@ -62,48 +62,53 @@ func TestServeTimeouts(t *testing.T) {
 	s := newServedApp(t, "--read-timeout", "1s", "--write-timeout", "3s")
 	const wait = 4 * time.Second
 
-	t.Run("a slow body is cut by the read timeout", func(t *testing.T) {
-		t.Parallel()
-		conn, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		start := time.Now()
-		// 1,000 bytes announced, one sent every 100 ms: 100 s for the body.
-		fmt.Fprintf(conn, "POST /admin/login HTTP/1.1\r\nHost: switchyard\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\n")
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-					if _, err := conn.Write([]byte("t")); err != nil {
+	for _, c := range []struct{ name, head string }{
+		{"the console login", "POST /admin/login HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"},
+		{"a JSON body", "POST /bot/events/ack HTTP/1.1\r\nContent-Type: application/json\r\nAuthorization: Bearer " + walkSecrets.BotToBackend + "\r\n"},
+	} {
+		t.Run("a slow body is cut by the read timeout: "+c.name, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			start := time.Now()
+			// 1,000 bytes announced, one sent every 100 ms: 100 s for the body.
+			fmt.Fprintf(conn, "%sHost: switchyard\r\nContent-Length: 1000\r\n\r\n", c.head)
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				tick := time.NewTicker(100 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
 						return
+					case <-tick.C:
+						if _, err := conn.Write([]byte(" ")); err != nil {
+							return
+						}
 					}
 				}
+			}()
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			status, err := bufio.NewReader(conn).ReadString('\n')
+			took := time.Since(start)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("the slow body still held the connection after %v", took)
 			}
-		}()
-		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-		status, err := bufio.NewReader(conn).ReadString('\n')
-		took := time.Since(start)
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			t.Fatalf("the slow body still held the connection after %v", took)
-		}
-		// The login answers 408 when it can still write; a connection closed
-		// without an answer is cut too.
-		if err == nil && !strings.HasPrefix(status, "HTTP/1.1 408") {
-			t.Fatalf("the cut request was answered %q, want 408", status)
-		}
-		if took > 20*time.Second {
-			t.Fatalf("the slow body was cut only after %v", took)
-		}
-	})
+			// The answer is a 408 when it can still be written; a connection
+			// closed without an answer is cut too.
+			if err == nil && !strings.HasPrefix(status, "HTTP/1.1 408") {
+				t.Fatalf("the cut request was answered %q, want 408", status)
+			}
+			if took > 20*time.Second {
+				t.Fatalf("the slow body was cut only after %v", took)
+			}
+		})
+	}
 
 	longPoll := func(t *testing.T, req *http.Request) {
 		t.Helper()
