@@ -207,6 +207,41 @@ func TestServeAuthThrottle(t *testing.T) {
 	}
 }
 
+func TestServeTrustedProxies(t *testing.T) {
+	t.Parallel()
+	if _, err := parseConfig("serve", []string{"--trusted-proxies", "10.0.0.0/8,nope"}, func(string) string { return "" }, io.Discard); err == nil {
+		t.Fatal("a trusted proxy that is no address was accepted")
+	}
+	// This test's requests come from 127.0.0.1, declared a proxy: each
+	// X-Forwarded-For is another client.
+	s := newServedApp(t, "--trusted-proxies", "127.0.0.1")
+	login := func(client, token string) int {
+		req, _ := http.NewRequest(http.MethodPost, s.base+"/admin/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("X-Forwarded-For", client)
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for range 5 {
+		if code := login("203.0.113.9", "a-wrong-guess-0123456789"); code != http.StatusUnauthorized {
+			t.Fatalf("wrong login: %d", code)
+		}
+	}
+	if code := login("203.0.113.9", walkSecrets.AdminToken); code != http.StatusTooManyRequests {
+		t.Fatalf("the guesser behind the proxy: %d, want 429", code)
+	}
+	if code := login("198.51.100.4", walkSecrets.AdminToken); code != http.StatusSeeOther {
+		t.Fatalf("another client behind the same proxy: %d, want 303", code)
+	}
+	if !strings.Contains(s.logs.String(), `"client":"203.0.113.9"`) {
+		t.Fatalf("the failure lines do not name the client behind the proxy:\n%s", s.logs.String())
+	}
+}
+
 func TestServeRefusesShortSecrets(t *testing.T) {
 	t.Parallel()
 	const short = "fifteen-bytes!!" // one byte short of the minimum
