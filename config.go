@@ -154,7 +154,7 @@ func (c *config) options(scope string) []option {
 			c.MaxConnections = n
 			return nil
 		}},
-		option{"trusted-proxies", "SWITCHYARD_TRUSTED_PROXIES", "", "reverse proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For names the client for the login throttle; unset, every client behind a proxy shares its address", func(v string) error {
+		option{"trusted-proxies", "SWITCHYARD_TRUSTED_PROXIES", "", "reverse proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For names the client for the auth throttle; unset, every client behind a proxy shares its address", func(v string) error {
 			p, err := authlimit.ParseTrustedProxies(v)
 			if err != nil {
 				return fmt.Errorf("must be IP addresses or CIDR prefixes: %w", err)
