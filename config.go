@@ -1,15 +1,19 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"switchyard/authlimit"
 )
 
 // allRoles are the workers one process can run; the admin API, console,
@@ -29,6 +33,15 @@ type config struct {
 	BodyLimit       int64
 	// SandboxPublic allows the sandbox Bot API on a non-loopback Addr.
 	SandboxPublic bool
+
+	// The HTTP server's limits: how long a request may take to arrive and
+	// its answer to leave (long polls extend their own), how many
+	// connections are open at once, and which reverse proxies'
+	// X-Forwarded-For names the client the auth throttle counts.
+	ReadTimeout    time.Duration
+	WriteTimeout   time.Duration
+	MaxConnections int
+	TrustedProxies []netip.Prefix
 
 	// Telegram: one Bot API base URL for both bots; each bot's own token.
 	TelegramAPIURL string
@@ -72,16 +85,26 @@ func (b boolText) IsBoolFlag() bool   { return true }
 type secretEnv struct{ env, usage string }
 
 var secretEnvs = []secretEnv{
-	{"SWITCHYARD_ADMIN_TOKEN", "admin token for /admin and /admin/api (generated on first start when unset)"},
-	{"BOT_TO_BACKEND_SECRET", "Bearer secret of the /bot/* contract (generated on first start when unset)"},
+	{"SWITCHYARD_ADMIN_TOKEN", "admin token for /admin and /admin/api, at least 16 bytes (generated on first start when unset)"},
+	{"BOT_TO_BACKEND_SECRET", "Bearer secret of the /bot/* contract, at least 16 bytes (generated on first start when unset)"},
 	{"BOT_TELEGRAM_TOKEN", "the onboarding bot's Bot API token (unset: the built-in sandbox Bot API)"},
-	{"BOT_TELEGRAM_WEBHOOK_SECRET", "secret Telegram sends to POST /webhooks/bot (generated on first start when unset)"},
+	{"BOT_TELEGRAM_WEBHOOK_SECRET", "secret Telegram sends to POST /webhooks/bot, at least 16 bytes (generated on first start when unset)"},
 	{"OMNI_TELEGRAM_TOKEN", "the business-inbox bot's Bot API token (unset: the built-in sandbox Bot API)"},
-	{"OMNI_WEBHOOK_SECRET", "secret Telegram sends to POST /webhooks/telegram (generated on first start when unset)"},
+	{"OMNI_WEBHOOK_SECRET", "secret Telegram sends to POST /webhooks/telegram, at least 16 bytes (generated on first start when unset)"},
 }
 
 func (c *config) options(scope string) []option {
 	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
+	duration := func(p *time.Duration) func(string) error {
+		return func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("must be a positive duration such as 30s")
+			}
+			*p = d
+			return nil
+		}
+	}
 	opts := []option{
 		{"db", "SWITCHYARD_DB", "./switchyard.db", "SQLite database file", str(&c.DB)},
 		{"sync", "SWITCHYARD_SYNC", "FULL", "SQLite synchronous mode: FULL (a commit survives power loss) or NORMAL", func(v string) error {
@@ -147,6 +170,24 @@ func (c *config) options(scope string) []option {
 				return fmt.Errorf("must be a positive number of bytes")
 			}
 			c.BodyLimit = n
+			return nil
+		}},
+		option{"read-timeout", "SWITCHYARD_READ_TIMEOUT", "30s", "longest a request, body included, may take to arrive; a slower one is cut", duration(&c.ReadTimeout)},
+		option{"write-timeout", "SWITCHYARD_WRITE_TIMEOUT", "60s", "longest an answer may take; long polls hold their connection for their own wait", duration(&c.WriteTimeout)},
+		option{"max-connections", "SWITCHYARD_MAX_CONNECTIONS", "1024", "most HTTP connections open at once (more wait; idle keep-alive ones give way); lowered to fit the open-file limit", func(v string) error {
+			var n int
+			if _, err := fmt.Sscan(v, &n); err != nil || n <= 0 {
+				return fmt.Errorf("must be a positive number")
+			}
+			c.MaxConnections = n
+			return nil
+		}},
+		option{"trusted-proxies", "SWITCHYARD_TRUSTED_PROXIES", "", "reverse proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For names the client for the auth throttle; unset, every client behind a proxy shares its address", func(v string) error {
+			p, err := authlimit.ParseTrustedProxies(v)
+			if err != nil {
+				return fmt.Errorf("must be IP addresses or CIDR prefixes: %w", err)
+			}
+			c.TrustedProxies = p
 			return nil
 		}},
 	)
@@ -218,7 +259,38 @@ func parseConfig(scope string, args []string, getenv func(string) string, help i
 	c.BotWebhookSecret = getenv("BOT_TELEGRAM_WEBHOOK_SECRET")
 	c.OmniToken = getenv("OMNI_TELEGRAM_TOKEN")
 	c.OmniWebhook = getenv("OMNI_WEBHOOK_SECRET")
+	if scope == "serve" {
+		if err := c.checkSecrets(); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// minSecretBytes is the shortest secret serve accepts from the environment;
+// generated ones are 32 random bytes (64 hex digits).
+const minSecretBytes = 16
+
+// ErrWeakSecret is returned at start for a secret from the environment that
+// is too short to withstand guessing.
+var ErrWeakSecret = errors.New("secret too short")
+
+// checkSecrets refuses our own secrets that are set but shorter than
+// minSecretBytes, naming the variable and never the value. (The Telegram bot
+// tokens are Telegram's, not ours to judge.)
+func (c *config) checkSecrets() error {
+	for _, s := range []struct{ env, val string }{
+		{"SWITCHYARD_ADMIN_TOKEN", c.AdminToken},
+		{"BOT_TO_BACKEND_SECRET", c.BotToBackend},
+		{"BOT_TELEGRAM_WEBHOOK_SECRET", c.BotWebhookSecret},
+		{"OMNI_WEBHOOK_SECRET", c.OmniWebhook},
+	} {
+		if s.val != "" && len(s.val) < minSecretBytes {
+			return fmt.Errorf("%w: %s must be at least %d bytes (e.g. openssl rand -hex 32), or unset to have one generated",
+				ErrWeakSecret, s.env, minSecretBytes)
+		}
+	}
+	return nil
 }
 
 func printUsage(w io.Writer, scope string, opts []option) {

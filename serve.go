@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"switchyard/connlimit"
 	"switchyard/store"
 )
 
@@ -82,6 +83,38 @@ func loadSecrets(ctx context.Context, db *store.DB, cfg *config) (secrets, error
 	return s, nil
 }
 
+// listen opens cfg.Addr under the connection cap (connlimit), lowered to
+// fit the process's open-file limit when that is too low for it.
+func listen(cfg *config, log *slog.Logger) (*connlimit.Listener, error) {
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	n, files := connlimit.Fit(cfg.MaxConnections)
+	if n < cfg.MaxConnections {
+		log.Warn("the open-file limit is too low for --max-connections; serving fewer (raise it with ulimit -n)",
+			slog.Int("max_connections", n), slog.Int("asked", cfg.MaxConnections), slog.Uint64("open_file_limit", files))
+	}
+	return connlimit.New(ln, n), nil
+}
+
+// httpServer is serve's HTTP server on ln: a request has ReadTimeout to
+// arrive, body included (a slow body is cut), and WriteTimeout for its
+// answer — long polls hold their own connection for their wait
+// (httpjson.HoldOpen); idle keep-alive connections close after two minutes,
+// or sooner when ln is at its cap.
+func httpServer(cfg *config, h http.Handler, ln *connlimit.Listener, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout),
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       120 * time.Second,
+		ConnState:         ln.ConnState,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
 // worker is a long-running part of the process (a consumer, a scheduler). Run
 // returns when ctx is cancelled, after finishing the work in hand.
 type worker interface {
@@ -116,9 +149,9 @@ func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
+	ln, err := listen(cfg, log)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		return err
 	}
 	self := "http://" + ln.Addr().String()
 	base := strings.TrimRight(cfg.PublicURL, "/")
@@ -131,12 +164,7 @@ func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer app.close()
-	srv := &http.Server{
-		Handler:           app.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := httpServer(cfg, app.handler, ln, log)
 	for _, f := range app.onShutdown {
 		srv.RegisterOnShutdown(f)
 	}

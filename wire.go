@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"switchyard/authlimit"
 	"switchyard/bot"
 	"switchyard/omni"
 	"switchyard/queue"
@@ -49,6 +50,9 @@ type urls struct{ self, public string }
 // wire builds the subsystems this process runs and mounts their routes.
 func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog.Logger, u urls) (*app, error) {
 	a := &app{}
+	// One throttle of failed authentication for every surface that checks
+	// a secret, so a client's failures count together wherever it guesses.
+	authLimit := authlimit.New(authlimit.Opts{Logger: log.With(slog.String("subsystem", "auth")), TrustedProxies: cfg.TrustedProxies})
 	wo := web.Options{
 		DB:         db,
 		AdminToken: sec.AdminToken,
@@ -57,6 +61,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 		Version:    version(),
 		Roles:      cfg.Roles,
 	}
+	wo.AuthLimiter = authLimit
 
 	// Queues and topics: the operator API, the console's Queues page, and
 	// the janitor that applies retention.
@@ -93,6 +98,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	backend := bot.NewBackend(bot.BackendOpts{
 		DB:          db,
 		Secret:      sec.BotToBackend,
+		AuthLimiter: authLimit,
 		Logger:      log.With(slog.String("subsystem", "bot-backend")),
 		BotUsername: botUsername,
 	})
@@ -118,6 +124,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 			TelegramAPIURL: botAPI,
 			Updates:        cfg.BotUpdates,
 			WebhookSecret:  sec.BotWebhook,
+			AuthLimiter:    authLimit,
 			WebhookURL:     u.public + onboardingWebhookPath,
 			CabinetURL:     u.public + "/admin",
 		})
@@ -153,7 +160,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	wo.Admin = append(wo.Admin, chatAdmin.AdminRoutes)
 	wo.Chat = chatAdmin
 	if cfg.has("inbound") {
-		in := omni.NewInbound(omni.InboundOpts{DB: db, Token: omniToken, WebhookSecret: sec.OmniWebhook, Logger: omniLog})
+		in := omni.NewInbound(omni.InboundOpts{DB: db, Token: omniToken, WebhookSecret: sec.OmniWebhook, AuthLimiter: authLimit, Logger: omniLog})
 		wo.Public = append(wo.Public, in.Routes)
 		// Telegram (or the sandbox) is told where to deliver once the server
 		// is up; a refusal (no public HTTPS URL) is logged, not fatal.

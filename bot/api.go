@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"switchyard/authlimit"
 	"switchyard/web/httpjson"
 )
 
@@ -61,24 +62,42 @@ func handler(f func(w http.ResponseWriter, r *http.Request) error) http.Handler 
 	})
 }
 
+// surfaceBotAPI names the /bot/* contract's Bearer check in authlimit's logs.
+const surfaceBotAPI = "bot-api"
+
 // BotAuthGuard lets a request through only with "Authorization: Bearer
 // <secret>". The token's length is checked first, then its bytes in constant
 // time (crypto/subtle); a missing, malformed or wrong header gets the same
-// 401 JSON. An empty secret is a wiring mistake and panics.
-func BotAuthGuard(secret string) func(http.Handler) http.Handler {
+// 401 JSON. Every presented token is an attempt on limiter: a client
+// throttled for failed attempts gets 429 with Retry-After, its token
+// unchecked (nil: a limiter of this guard's own). An empty secret is a
+// wiring mistake and panics.
+func BotAuthGuard(secret string, limiter *authlimit.Limiter) func(http.Handler) http.Handler {
 	if secret == "" {
 		panic("bot: BotAuthGuard needs a secret")
+	}
+	if limiter == nil {
+		limiter = authlimit.New(authlimit.Opts{})
 	}
 	want := []byte(secret)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			got, ok := bearerToken(r.Header.Get("Authorization"))
-			if !ok || len(got) != len(want) || subtle.ConstantTimeCompare(got, want) != 1 {
+			v, wait := authlimit.Refused, time.Duration(0)
+			if ok {
+				v, wait = limiter.Check(r, surfaceBotAPI, func() bool {
+					return len(got) == len(want) && subtle.ConstantTimeCompare(got, want) == 1
+				})
+			}
+			switch v {
+			case authlimit.Allowed:
+				next.ServeHTTP(w, r)
+			case authlimit.Throttled:
+				httpjson.WriteError(w, r, httpjson.TooManyAttempts(w, wait))
+			default:
 				w.Header().Set("WWW-Authenticate", `Bearer realm="bot"`)
 				httpjson.WriteError(w, r, httpjson.Unauthorized())
-				return
 			}
-			next.ServeHTTP(w, r)
 		})
 	}
 }
@@ -95,7 +114,7 @@ func bearerToken(h string) ([]byte, bool) {
 // route and GET /auth/check-account-by-telegram/{id} behind BotAuthGuard, and
 // the unguarded GET /openapi.json that documents them.
 func (b *Backend) Routes(r *mux.Router) {
-	guard := BotAuthGuard(b.secret)
+	guard := BotAuthGuard(b.secret, b.authLimit)
 	bot := func(method, path string, f func(w http.ResponseWriter, r *http.Request) error) {
 		r.Handle(path, guard(handler(f))).Methods(method)
 	}
@@ -171,6 +190,10 @@ func parseWait(r *http.Request) (time.Duration, error) {
 	return min(time.Duration(n)*time.Second, MaxPendingWait), nil
 }
 
+// longPollMargin is what a long poll's connection is held for beyond its
+// wait: the read of the page and the answer.
+const longPollMargin = 10 * time.Second
+
 // PendingResponse is the body of GET /bot/events/pending.
 type PendingResponse struct {
 	Events []Event `json:"events"`
@@ -184,6 +207,10 @@ func (b *Backend) handlePending(w http.ResponseWriter, r *http.Request) error {
 	wait, err := parseWait(r)
 	if err != nil {
 		return err
+	}
+	if wait > 0 {
+		// The poll may outlast the server's read and write timeouts.
+		httpjson.HoldOpen(w, wait+longPollMargin)
 	}
 	events, err := b.outbox.WaitPending(r.Context(), limit, wait)
 	if err != nil {

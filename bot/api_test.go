@@ -81,10 +81,10 @@ func TestBotAuthGuard(t *testing.T) {
 				t.Fatal("no panic")
 			}
 		}()
-		BotAuthGuard("")
+		BotAuthGuard("", nil)
 	})
 	t.Run("the guard compares in constant time after checking the length", func(t *testing.T) {
-		h := BotAuthGuard("abc")(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(204) }))
+		h := BotAuthGuard("abc", nil)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(204) }))
 		for auth, want := range map[string]int{"Bearer abc": 204, "Bearer abd": 401, "Bearer ab": 401, "Bearer abcd": 401} {
 			rec := httptest.NewRecorder()
 			req := httptest.NewRequest("GET", "/bot/x", nil)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"switchyard/authlimit"
 	"switchyard/store"
 )
 
@@ -30,6 +31,10 @@ type BackendOpts struct {
 	ConnectTokenTTL time.Duration
 	// PollInterval is the long-poll's fallback look at the table. Default 1 s.
 	PollInterval time.Duration
+	// AuthLimiter throttles wrong Bearer secrets on the /bot/* contract. Pass
+	// the process's one limiter, so every surface counts a client's failures
+	// together; nil gets a limiter of this backend's own.
+	AuthLimiter *authlimit.Limiter
 }
 
 // Backend is the backend side of the bot contract: the outbox, the minimal
@@ -39,6 +44,7 @@ type Backend struct {
 	db          *store.DB
 	outbox      *Outbox
 	secret      string
+	authLimit   *authlimit.Limiter
 	log         *slog.Logger
 	botUsername string
 	tokenTTL    time.Duration
@@ -62,10 +68,14 @@ func NewBackend(opts BackendOpts) *Backend {
 	if opts.ConnectTokenTTL <= 0 {
 		opts.ConnectTokenTTL = 24 * time.Hour
 	}
+	if opts.AuthLimiter == nil {
+		opts.AuthLimiter = authlimit.New(authlimit.Opts{Logger: opts.Logger})
+	}
 	return &Backend{
 		db:          opts.DB,
 		outbox:      NewOutbox(OutboxOpts{DB: opts.DB, Logger: opts.Logger, PollInterval: opts.PollInterval}),
 		secret:      opts.Secret,
+		authLimit:   opts.AuthLimiter,
 		log:         opts.Logger,
 		botUsername: strings.TrimPrefix(opts.BotUsername, "@"),
 		tokenTTL:    opts.ConnectTokenTTL,

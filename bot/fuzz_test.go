@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"switchyard/authlimit"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web/httpjson"
@@ -326,7 +328,11 @@ func FuzzOnboardingWebhook(f *testing.F) {
 
 	e := newOnbEnv(f)
 	db := fuzzDB(f)
-	ob := e.newBot(db, func(o *OnboardingOpts) { o.Updates, o.WebhookSecret = UpdatesWebhook, secret })
+	ob := e.newBot(db, func(o *OnboardingOpts) {
+		o.Updates, o.WebhookSecret = UpdatesWebhook, secret
+		// A fuzzer guesses far more than authlimit's five: every guess is checked.
+		o.AuthLimiter = authlimit.New(authlimit.Opts{Free: math.MaxInt32})
+	})
 	h := fuzzRouter(ob.Routes)
 	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, given string, body []byte) {

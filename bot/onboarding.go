@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"switchyard/authlimit"
 	"switchyard/store"
 	"switchyard/telegram"
 	"switchyard/web/httpjson"
@@ -106,6 +107,9 @@ type OnboardingOpts struct {
 	// WebhookURL is the public URL of POST /webhooks/bot. When set in webhook
 	// mode, Run registers it with setWebhook; when empty, the operator does.
 	WebhookURL string
+	// AuthLimiter throttles wrong webhook secrets on POST /webhooks/bot. Pass
+	// the process's one limiter; nil gets a limiter of this bot's own.
+	AuthLimiter *authlimit.Limiter
 
 	// CabinetURL is the web cabinet's address, shown in the sign-up step.
 	CabinetURL string
@@ -134,6 +138,7 @@ type Onboarding struct {
 
 	mode          string
 	webhookSecret []byte
+	authLimit     *authlimit.Limiter
 	webhookURL    string
 	cabinetURL    string
 	pollEvery     time.Duration
@@ -220,6 +225,9 @@ func NewOnboarding(opts OnboardingOpts) (*Onboarding, error) {
 	if opts.Instance == "" {
 		opts.Instance = "onboarding-" + uuid.NewString()
 	}
+	if opts.AuthLimiter == nil {
+		opts.AuthLimiter = authlimit.New(authlimit.Opts{Logger: opts.Logger})
+	}
 	return &Onboarding{
 		db:            opts.DB,
 		log:           opts.Logger,
@@ -229,6 +237,7 @@ func NewOnboarding(opts OnboardingOpts) (*Onboarding, error) {
 		limiter:       telegram.NewLimiter(opts.Limits),
 		mode:          opts.Updates,
 		webhookSecret: []byte(opts.WebhookSecret),
+		authLimit:     opts.AuthLimiter,
 		webhookURL:    opts.WebhookURL,
 		cabinetURL:    opts.CabinetURL,
 		pollEvery:     opts.PollInterval,

@@ -120,6 +120,7 @@ func responses(ok map[string]OpenAPIResponse, errs ...int) map[string]OpenAPIRes
 	out := map[string]OpenAPIResponse{
 		"400": errResponse("Bad input; nothing changed."),
 		"401": errResponse("Missing, malformed or wrong Bearer token (the answer never says which)."),
+		"429": errResponse("Too many wrong secrets from this address: the token is not checked until Retry-After (seconds) has passed."),
 	}
 	for code, r := range ok {
 		out[code] = r

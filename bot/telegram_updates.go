@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/mymmrac/telego"
 
+	"switchyard/authlimit"
 	"switchyard/store"
 	"switchyard/telegram"
 	"switchyard/web/httpjson"
@@ -134,8 +135,17 @@ func (o *Onboarding) Routes(r *mux.Router) {
 // accepted is never lost; a repeated delivery is stored once.
 func (o *Onboarding) handleWebhook(w http.ResponseWriter, r *http.Request) error {
 	// The secret first: a caller without it learns nothing, not even the mode.
+	// A presented secret is an attempt on the shared throttle.
 	got := []byte(r.Header.Get("X-Telegram-Bot-Api-Secret-Token"))
-	if len(o.webhookSecret) == 0 || len(got) != len(o.webhookSecret) || subtle.ConstantTimeCompare(got, o.webhookSecret) != 1 {
+	if len(got) == 0 {
+		return httpjson.Unauthorized()
+	}
+	switch v, wait := o.authLimit.Check(r, "bot-webhook", func() bool {
+		return len(o.webhookSecret) != 0 && len(got) == len(o.webhookSecret) && subtle.ConstantTimeCompare(got, o.webhookSecret) == 1
+	}); v {
+	case authlimit.Throttled:
+		return httpjson.TooManyAttempts(w, wait)
+	case authlimit.Refused:
 		return httpjson.Unauthorized()
 	}
 	if o.mode != UpdatesWebhook {

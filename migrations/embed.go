@@ -11,6 +11,7 @@
 //	00006 referral
 //	00007 omni
 //	00008 indexes the console's live counts use
+//	00009 web: the console's sessions
 package migrations
 
 import "embed"

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"switchyard/authlimit"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web/httpjson"
@@ -190,7 +192,9 @@ func FuzzInboundWebhook(f *testing.F) {
 	f.Add(testSecret, bytes.Repeat([]byte(" "), fuzzMaxUpdateBytes+1))
 
 	db := fuzzDB(f)
-	in := NewInbound(InboundOpts{DB: db, Token: inboxToken, WebhookSecret: testSecret, MaxUpdateBytes: fuzzMaxUpdateBytes})
+	// A fuzzer guesses far more than authlimit's five: every guess is checked.
+	unthrottled := authlimit.New(authlimit.Opts{Free: math.MaxInt32})
+	in := NewInbound(InboundOpts{DB: db, Token: inboxToken, WebhookSecret: testSecret, MaxUpdateBytes: fuzzMaxUpdateBytes, AuthLimiter: unthrottled})
 	h := fuzzRouter(in.Routes)
 	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, secret string, body []byte) {

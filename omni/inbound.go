@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/mymmrac/telego"
 
+	"switchyard/authlimit"
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/telegram"
@@ -44,6 +45,10 @@ type InboundOpts struct {
 	MaxUpdateBytes int64
 	// Logger gets refused and failed requests; nil discards.
 	Logger *slog.Logger
+	// AuthLimiter throttles wrong webhook secrets. Pass the process's one
+	// limiter, so every surface counts a client's failures together; nil
+	// gets a limiter of this role's own.
+	AuthLimiter *authlimit.Limiter
 }
 
 // Inbound is the omni_inbound role: it authenticates Telegram's webhook,
@@ -55,6 +60,7 @@ type Inbound struct {
 	botID   int64
 	secret  string
 	hashed  [sha256.Size]byte
+	limiter *authlimit.Limiter
 	maxBody int64
 	flow    *queue.Queue
 }
@@ -78,12 +84,16 @@ func NewInbound(opts InboundOpts) *Inbound {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.AuthLimiter == nil {
+		opts.AuthLimiter = authlimit.New(authlimit.Opts{Logger: opts.Logger})
+	}
 	return &Inbound{
 		db:      opts.DB,
 		log:     opts.Logger.With(slog.String("role", "inbound")),
 		botID:   botID,
 		secret:  opts.WebhookSecret,
 		hashed:  sha256.Sum256([]byte(opts.WebhookSecret)),
+		limiter: opts.AuthLimiter,
 		maxBody: opts.MaxUpdateBytes,
 		flow:    queue.New(queue.NewOpts{DB: opts.DB, Name: QueueReceiverFlow, Logger: opts.Logger, Retry: queue.RetryPolicy{MaxAttempts: flowAttempts}}),
 	}
@@ -96,13 +106,25 @@ func (in *Inbound) Routes(r *mux.Router) {
 
 // webhook answers 200 only once the envelope is committed on receiver.flow
 // (or was already: a duplicate delivery), 401 to a wrong or missing secret,
-// 400 to a body that is not an update, and 503 when the enqueue failed, so
-// that Telegram delivers the update again.
+// 429 to a client throttled for wrong secrets (authlimit), 400 to a body
+// that is not an update, and 503 when the enqueue failed, so that Telegram
+// delivers the update again.
 func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
-	// Hashing first makes the comparison's time independent of the length too.
-	given := sha256.Sum256([]byte(r.Header.Get(WebhookSecretHeader)))
-	if subtle.ConstantTimeCompare(given[:], in.hashed[:]) != 1 {
+	secret := r.Header.Get(WebhookSecretHeader)
+	v, wait := authlimit.Refused, time.Duration(0)
+	if secret != "" {
+		v, wait = in.limiter.Check(r, "omni-webhook", func() bool {
+			// Hashing first makes the comparison's time independent of the length too.
+			given := sha256.Sum256([]byte(secret))
+			return subtle.ConstantTimeCompare(given[:], in.hashed[:]) == 1
+		})
+	}
+	switch v {
+	case authlimit.Throttled:
+		metricWebhookUpdates.WithLabelValues("throttled").Inc()
+		return httpjson.TooManyAttempts(w, wait)
+	case authlimit.Refused:
 		metricWebhookUpdates.WithLabelValues("unauthorized").Inc()
 		return httpjson.Unauthorized()
 	}

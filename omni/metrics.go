@@ -8,7 +8,7 @@ import (
 var (
 	metricWebhookUpdates = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_omni_webhook_updates_total",
-		Help: "Telegram webhook requests, by outcome (accepted, duplicate, unauthorized, bad_request, unavailable).",
+		Help: "Telegram webhook requests, by outcome (accepted, duplicate, unauthorized, throttled, bad_request, unavailable).",
 	}, []string{"outcome"})
 	metricWebhookDuration = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "switchyard_omni_webhook_duration_seconds",

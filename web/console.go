@@ -3,6 +3,7 @@ package web
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/a-h/templ"
 	"github.com/gorilla/mux"
+
+	"switchyard/authlimit"
+	"switchyard/web/httpjson"
 )
 
 // The console: server-rendered pages (templ) under /admin, behind the session
@@ -230,36 +234,73 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 	// A one-click login link carries the token in the query (as Jupyter's does);
 	// it is exchanged for a session cookie and dropped from the address bar.
 	if tok := r.URL.Query().Get("token"); tok != "" {
-		if s.auth.tokenOK(tok) {
-			s.auth.newSession(w, r)
-			http.Redirect(w, r, next, http.StatusSeeOther)
-			return
-		}
-		s.renderStatus(w, r, http.StatusUnauthorized, loginView(next, "That token is not valid."))
+		s.tryLogin(w, r, next, tok)
 		return
 	}
-	if s.auth.sessionOK(r) {
+	if ok, err := s.auth.sessionOK(r); err != nil {
+		s.loginFailed(w, r, next, err)
+		return
+	} else if ok {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
 	s.render(w, r, loginView(next, ""))
 }
 
+// loginBodyLimit caps the login form: a token and a return path.
+const loginBodyLimit = 4 << 10
+
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, loginBodyLimit)
 	if err := r.ParseForm(); err != nil {
-		s.renderStatus(w, r, http.StatusBadRequest, loginView("/admin", "The form could not be read."))
+		if httpjson.IsTimeout(err) {
+			// The server's read timeout cut the body and ended the request's
+			// context, so no page renders: a plain 408.
+			httpjson.WriteError(w, r, httpjson.RequestTimeout())
+			return
+		}
+		status := http.StatusBadRequest
+		if maxed := (*http.MaxBytesError)(nil); errors.As(err, &maxed) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		s.renderStatus(w, r, status, loginView("/admin", "The form could not be read."))
 		return
 	}
-	next := safeNext(r.PostForm.Get("next"))
-	if !s.auth.tokenOK(r.PostForm.Get("token")) {
-		s.renderStatus(w, r, http.StatusUnauthorized, loginView(next, "That token is not valid."))
-		return
-	}
-	s.auth.newSession(w, r)
-	http.Redirect(w, r, next, http.StatusSeeOther)
+	s.tryLogin(w, r, safeNext(r.PostForm.Get("next")), r.PostForm.Get("token"))
 }
 
+// tryLogin exchanges a right token for a session. A client throttled for
+// failed attempts gets 429 with Retry-After, its token unchecked.
+func (s *Server) tryLogin(w http.ResponseWriter, r *http.Request, next, token string) {
+	switch v, wait := s.auth.checkToken(r, surfaceLogin, token); v {
+	case authlimit.Throttled:
+		secs := httpjson.SetRetryAfter(w, wait)
+		s.renderStatus(w, r, http.StatusTooManyRequests, loginView(next,
+			fmt.Sprintf("Too many failed attempts from your address. Try again in %d s.", secs)))
+	case authlimit.Refused:
+		s.renderStatus(w, r, http.StatusUnauthorized, loginView(next, "That token is not valid."))
+	default:
+		if err := s.auth.newSession(r.Context(), w, r); err != nil {
+			s.loginFailed(w, r, next, err)
+			return
+		}
+		http.Redirect(w, r, next, http.StatusSeeOther)
+	}
+}
+
+// loginFailed logs a failure of the session store and says so on the login page.
+func (s *Server) loginFailed(w http.ResponseWriter, r *http.Request, next string, err error) {
+	s.log.ErrorContext(r.Context(), "console session failed", slog.Any("err", err))
+	s.renderStatus(w, r, http.StatusServiceUnavailable, loginView(next, "The session could not be checked or stored; try again."))
+}
+
+// logout revokes the session server-side: the cookie opens nothing after it,
+// wherever a copy of it is.
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
-	s.auth.endSession(w, r)
+	if err := s.auth.endSession(r.Context(), w, r); err != nil {
+		s.log.ErrorContext(r.Context(), "console logout failed", slog.Any("err", err))
+		s.problem(w, r, http.StatusServiceUnavailable, "", "The session could not be ended; try logging out again.")
+		return
+	}
 	http.Redirect(w, r, "/admin/login", http.StatusSeeOther)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"switchyard/authlimit"
 	"switchyard/store"
 	"switchyard/web/httpjson"
 )
@@ -34,6 +35,10 @@ type Options struct {
 	DB         *store.DB
 	AdminToken string
 	Logger     *slog.Logger
+	// AuthLimiter throttles failed attempts with the admin token (login and
+	// Bearer). Pass the process's one limiter, so that every surface counts
+	// a client's failures together; nil gets a limiter of this server's own.
+	AuthLimiter *authlimit.Limiter
 	// BodyLimit caps every request body (default 1 MiB; 413 beyond).
 	BodyLimit int64
 	Version   string
@@ -93,7 +98,10 @@ func New(opts Options) *Server {
 	if opts.BodyLimit <= 0 {
 		opts.BodyLimit = DefaultBodyLimit
 	}
-	s := &Server{opts: opts, log: opts.Logger, auth: newAuth(opts.AdminToken, opts.DB.Now)}
+	if opts.AuthLimiter == nil {
+		opts.AuthLimiter = authlimit.New(authlimit.Opts{Logger: opts.Logger})
+	}
+	s := &Server{opts: opts, log: opts.Logger, auth: newAuth(opts.DB, opts.AdminToken, opts.AuthLimiter)}
 
 	r := mux.NewRouter()
 	r.Use(captureRoute)

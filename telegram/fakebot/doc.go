@@ -20,7 +20,8 @@
 //   - Every call is recorded (Calls, CallsTo) and WaitUntil/WaitCalls wait
 //     for state changes with the caller's deadline, never by polling.
 //   - Updates carry increasing update_ids per bot and are delivered in order,
-//     either to getUpdates (long polling without busy loops; an update stays
+//     either to getUpdates (long polling without busy loops, at most a
+//     minute per call, past the server's write timeout; an update stays
 //     until an offset confirms it) or, while a webhook is set, posted one at
 //     a time with X-Telegram-Bot-Api-Secret-Token, retried with backoff until
 //     the webhook answers 2xx.

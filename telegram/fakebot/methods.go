@@ -77,6 +77,24 @@ func (a answer) marshaled() answer {
 
 func (s *Server) getMe(b *botState, _ params) answer { return answer{result: b.me} }
 
+// maxPollWait bounds how long one getUpdates call waits, whatever timeout it
+// asks for, so that no caller holds a connection without end.
+const maxPollWait = time.Minute
+
+// answerMargin is what a waiting call's connection is held for beyond its
+// wait, for the answer.
+const answerMargin = 10 * time.Second
+
+// pollWait is how long a getUpdates call with p waits: its timeout in
+// seconds, at most maxPollWait.
+func pollWait(p params) time.Duration {
+	timeout, _, err := p.int64("timeout")
+	if err != nil || timeout <= 0 {
+		return 0
+	}
+	return time.Duration(min(timeout, int64(maxPollWait/time.Second))) * time.Second
+}
+
 func (s *Server) getUpdates(ctx context.Context, b *botState, p params) answer {
 	offset, _, err := p.int64("offset")
 	if err != nil {
@@ -99,7 +117,7 @@ func (s *Server) getUpdates(ctx context.Context, b *botState, p params) answer {
 			return answer{err: badRequest("can't parse allowed updates")}
 		}
 	}
-	timer := time.NewTimer(time.Duration(max(timeout, 0)) * time.Second)
+	timer := time.NewTimer(pollWait(p))
 	defer timer.Stop()
 	expired := timeout <= 0
 

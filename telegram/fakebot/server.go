@@ -21,6 +21,7 @@ import (
 	"github.com/mymmrac/telego"
 
 	"switchyard/telegram"
+	"switchyard/web/httpjson"
 )
 
 // Opts configures a Server. The zero value is a working fake.
@@ -320,6 +321,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	if f != nil {
+		if f.Delay > 0 {
+			httpjson.HoldOpen(w, f.Delay+answerMargin)
+		}
 		if f.Delay > 0 && !s.sleep(r.Context(), f.Delay) {
 			s.finish(w, token, botID, m.name, p, answer{err: &apiError{description: "client went away"}}, f.Kind)
 			return
@@ -343,6 +347,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	var ans answer
 	if m.name == "getUpdates" {
+		// The poll may outlast the server's write timeout (the sandbox is
+		// mounted in Switchyard's own server).
+		if wait := pollWait(p); wait > 0 {
+			httpjson.HoldOpen(w, wait+answerMargin)
+		}
 		ans = s.getUpdates(r.Context(), b, p)
 	} else {
 		s.mu.Lock()

@@ -109,6 +109,9 @@ func Decode(r *http.Request, v any) error {
 		if errors.Is(err, io.EOF) {
 			return BadRequest("request body is empty; JSON expected")
 		}
+		if IsTimeout(err) {
+			return RequestTimeout()
+		}
 		return BadRequest("malformed JSON: %v", err)
 	}
 	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
