@@ -14,8 +14,9 @@
 // masked: a bare 10-digit Telegram user id in free text reads "***1001".
 // Field is for a named value (a JSON key, a log attribute): a name that says
 // phone masks it as a phone, a name that says id keeps a plain number (a
-// Telegram chat id is an id, not a phone), any other is free text.
-// NewHandler applies Field to every record of a slog handler.
+// Telegram chat id is an id, not a phone), any other is free text. Number is
+// Field for a JSON number. NewHandler applies Field to every record of a
+// slog handler.
 package mask
 
 import (
@@ -343,6 +344,24 @@ func Field(key, value string) string {
 		return value
 	}
 	return Phones(value)
+}
+
+// Number masks a JSON number under key. Numbers are ids, counts and times,
+// so one is masked only under a phone-named key, or when it has 11 to 15
+// digits under a key that names no id: a phone written as a number carries
+// its country or trunk digit in front ("89161112244"), while a 10-digit
+// number is most often a Unix time in seconds (Telegram's "date").
+func Number(key, n string) string {
+	switch {
+	case isPhoneKey(key):
+		return Phone(n)
+	case IsIDKey(key) || !plainNumber(n):
+		return n
+	}
+	if d := len(strings.TrimPrefix(n, "-")); d > minDigits && d <= maxDigits {
+		return masked(false, 0, []byte(n[len(n)-keep:]))
+	}
+	return n
 }
 
 // plainNumber reports whether s is digits only, with an optional minus.

@@ -3,6 +3,7 @@ package mask_test
 import (
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -140,6 +141,23 @@ func TestField(t *testing.T) {
 	}
 }
 
+func TestNumber(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ key, in, want string }{
+		{"contact", "89161112244", "***2244"},
+		{"PhoneNumber", "9161112233", "***2233"},
+		{"chat_id", "89161112244", "89161112244"},
+		{"id", "-1001234567890", "-1001234567890"},
+		{"date", "1736942400", "1736942400"}, // a Unix time in seconds
+		{"days", "30", "30"},
+		{"amount", "12345678.90", "12345678.90"},
+	} {
+		if got := mask.Number(tc.key, tc.in); got != tc.want {
+			t.Errorf("Number(%q, %s) = %q, want %q", tc.key, tc.in, got, tc.want)
+		}
+	}
+}
+
 type stringer string
 
 func (s stringer) String() string { return string(s) }
@@ -188,3 +206,25 @@ func FuzzPhones(f *testing.F) {
 }
 
 func countDigits(s string) int { return len(digitsOf(s)) }
+
+// BenchmarkHandler is the cost of masking a typical access-log line, against
+// the same line without mask.
+func BenchmarkHandler(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		h    func() slog.Handler
+	}{
+		{"json", func() slog.Handler { return slog.NewJSONHandler(io.Discard, nil) }},
+		{"json+mask", func() slog.Handler { return mask.NewHandler(slog.NewJSONHandler(io.Discard, nil)) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			log := slog.New(bc.h()).With(slog.String("request_id", "9ebdf2011becd058"))
+			b.ReportAllocs()
+			for b.Loop() {
+				log.Info("http", slog.String("method", "POST"), slog.String("path", "/webhooks/telegram"),
+					slog.String("route", "/webhooks/telegram"), slog.Int("status", 200), slog.Int("bytes", 11),
+					slog.Duration("duration", 4314471))
+			}
+		})
+	}
+}

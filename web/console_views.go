@@ -195,9 +195,10 @@ func writePretty(w *strings.Builder, dec *json.Decoder) error {
 			b, _ := json.Marshal(v)
 			w.Write(b)
 		case json.Number:
-			// A number is an id or a count unless its key or its digits say
-			// phone: then it is shown masked, as a string.
-			if m := mask.Field(key, v.String()); m != v.String() {
+			// A number is an id, a count or a time unless its key or its
+			// digits say phone (mask.Number): then it is shown masked, as a
+			// string.
+			if m := mask.Number(key, v.String()); m != v.String() {
 				b, _ := json.Marshal(m)
 				w.Write(b)
 			} else {

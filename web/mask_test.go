@@ -66,9 +66,9 @@ func TestConsoleMasksEveryPhoneSpelling(t *testing.T) {
 		if c.UserID != "5550001001" {
 			t.Errorf("the sandbox shows the user id as %q", c.UserID)
 		}
-		if p := prettyPayload([]byte(`{"chat_id":5550001001,"telegramId":"5550001002","uid":12}`)); !strings.Contains(p, "5550001001") ||
-			!strings.Contains(p, `"5550001002"`) {
-			t.Errorf("the payload's ids are masked:\n%s", p)
+		if p := prettyPayload([]byte(`{"chat_id":5550001001,"telegramId":"5550001002","uid":12,"message":{"date":1736942400}}`)); !strings.Contains(p, "5550001001") ||
+			!strings.Contains(p, `"5550001002"`) || !strings.Contains(p, `"date": 1736942400`) {
+			t.Errorf("the payload's ids or times are masked:\n%s", p)
 		}
 		if p := prettyPayload([]byte(`{"contact":89161112244,"PhoneNumber":"8 (916) 111-22-33"}`)); strings.Contains(p, "9161112244") ||
 			!strings.Contains(p, `"contact": "***2244"`) || !strings.Contains(p, `"PhoneNumber": "***2233"`) {
