@@ -42,8 +42,8 @@ const (
 
 // Phone masks a value known to be a phone number: "+7***4567" when it starts
 // with "+", "***4567" when it does not, "***" when it has fewer than seven
-// digits, "" when it is empty. A value Phone already masked comes back as it
-// is.
+// digits. A value without digits ("", "n/a") and a value Phone already
+// masked come back as they are.
 func Phone(s string) string {
 	if strings.TrimSpace(s) == "" {
 		return ""
@@ -61,7 +61,10 @@ func Phone(s string) string {
 			plus = true
 		}
 	}
-	if len(digits) < minPhoneDigits {
+	switch {
+	case len(digits) == 0:
+		return s // no number at all ("n/a", a country code name)
+	case len(digits) < minPhoneDigits:
 		return stars
 	}
 	return masked(plus, digits[0], digits[len(digits)-keep:])

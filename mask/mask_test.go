@@ -114,6 +114,7 @@ func TestPhone(t *testing.T) {
 		"***1234":            "***1234",
 		"":                   "",
 		"  ":                 "",
+		"n/a":                "n/a",
 	} {
 		if got := mask.Phone(in); got != want {
 			t.Errorf("Phone(%q) = %q, want %q", in, got, want)
