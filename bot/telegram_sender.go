@@ -253,7 +253,10 @@ func (o *Onboarding) claimOutgoing(ctx context.Context, recs []Outgoing, now, un
 		}
 		return nil
 	})
-	return claimed, err
+	if err != nil {
+		return nil, err // rolled back: nothing is claimed
+	}
+	return claimed, nil
 }
 
 // runSender makes the recorded calls until ctx ends, then waits for the calls
