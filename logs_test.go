@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -28,6 +29,10 @@ var logPhones = []string{
 	"+7-926-000-99-88",   // in a web-cabinet notification
 	"+79161112233",       // in an operator's reply
 	"+7 903 444 55 66",   // shared as a contact with the onboarding bot
+	// Domestic spellings, without the country code.
+	"89161112244",       // a replica looked up by phone instead of by id (the path is logged)
+	"8 (916) 111-22-33", // a third identity event
+	"8-916-222-33-44",   // a funnel looked up by phone instead of by Telegram id
 }
 
 // logSecrets are the secrets of the logs test, each from the environment.
@@ -66,6 +71,10 @@ func checkLogs(t *testing.T, logs string, secrets map[string]string) {
 		}
 	}
 	for _, phone := range logPhones {
+		d := regexp.MustCompile(`\D`).ReplaceAllString(phone, "")
+		if masked := "+" + d[:1] + "***" + d[len(d)-4:]; !strings.HasPrefix(phone, "+") && strings.Contains(logs, masked) {
+			t.Errorf("the logs show the domestic number %q as %q, its trunk prefix as a country code", phone, masked)
+		}
 		if i := strings.Index(logs, phone); i >= 0 {
 			t.Errorf("the logs show the phone number %q: …%s…", phone, logs[max(0, i-200):min(len(logs), i+len(phone)+50)])
 		}
@@ -218,6 +227,8 @@ func TestLogsHideSecretsAndPhones(t *testing.T) {
 		c.call("POST", fmt.Sprintf("/admin/api/users/%d/nft", leader.UID), admin, map[string]string{"level": "lp1"}, 200, nil)
 		c.call("POST", "/admin/api/bot/events", admin, map[string]any{"eventType": "reactivation", "telegramId": fmt.Sprint(leaderTG), "payload": map[string]any{"days": 30}}, 201, nil)
 		c.call("POST", "/bot/notification", botSecret, map[string]any{"uid": member.UID, "kind": "callback", "text": "Перезвоним на " + logPhones[3]}, 201, nil)
+		// An operator's client looks a funnel up by the phone number.
+		c.call("GET", "/admin/api/bot/funnel/"+url.PathEscape(logPhones[8]), admin, nil, 0, nil)
 		// Bad input on the bot's own paths.
 		c.call("POST", "/bot/events/ack", "wrong-secret", map[string]any{"processedIds": []int{1}}, 401, nil)
 		c.call("POST", "/bot/events/ack", botSecret, map[string]any{"processedIds": []int{1}, "retryIds": []int{1}}, 400, nil)
@@ -229,7 +240,7 @@ func TestLogsHideSecretsAndPhones(t *testing.T) {
 
 	t.Run("referral consumers", func(t *testing.T) {
 		c.t = t
-		owner, investor := "aaaaaaaa-0000-4000-8000-00000000000a", "cccccccc-0000-4000-8000-00000000000c"
+		owner, investor, other := "aaaaaaaa-0000-4000-8000-00000000000a", "cccccccc-0000-4000-8000-00000000000c", "eeeeeeee-0000-4000-8000-00000000000e"
 		event := func(id, user string, payload map[string]any) map[string]any {
 			return map[string]any{"messageId": id, "type": "pin.identity.user-upserted", "contractVersion": 1, "aggregateId": user,
 				"aggregateType": "User", "occurredAt": "2026-01-15T12:00:00Z", "correlationId": "corr-" + id, "payload": payload}
@@ -245,8 +256,14 @@ func TestLogsHideSecretsAndPhones(t *testing.T) {
 			"PhoneNumber": logPhones[1], "RegisteredVia": "Sms", "ReferrerUrl": "Olga-Agent", "Version": 1}), 202, nil)
 		c.call("POST", "/admin/api/topics/pin.identity.users.v1/messages", admin, event("m-3", investor, map[string]any{
 			"UserId": investor, "PhoneNumber": logPhones[1], "Version": "two"}), 202, nil)
-		waitUntil(t, "the bond and the dead letter", func() bool {
-			return w.count(t, `select count(*) from referral_bonds`) == 1 && w.count(t, `select count(*) from queue_dead`) == 1
+		c.call("POST", "/admin/api/topics/pin.identity.users.v1/messages", admin, event("m-4", other, map[string]any{
+			"UserId": other, "Type": "Investor", "Status": "Active", "Name": map[string]string{"FirstName": "Anna"},
+			"PhoneNumber": logPhones[7], "RegisteredVia": "Sms", "Version": 1}), 202, nil)
+		// An operator's client looks a replica up by the phone number.
+		c.call("GET", "/admin/api/referral/replicas/"+logPhones[6], admin, nil, 0, nil)
+		waitUntil(t, "the bond, the dead letter and the third replica", func() bool {
+			return w.count(t, `select count(*) from referral_bonds`) == 1 && w.count(t, `select count(*) from queue_dead`) == 1 &&
+				w.count(t, `select count(*) from referral_users`) == 3
 		})
 	})
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"switchyard/connlimit"
+	"switchyard/mask"
 	"switchyard/store"
 )
 
@@ -20,10 +21,12 @@ func newLogger(cfg *config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	ho := &slog.HandlerOptions{Level: level}
+	// Every line passes through mask: no phone number reaches the log whole,
+	// whichever call site logged it.
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, ho))
+		return slog.New(mask.NewHandler(slog.NewJSONHandler(w, ho)))
 	}
-	return slog.New(slog.NewTextHandler(w, ho))
+	return slog.New(mask.NewHandler(slog.NewTextHandler(w, ho)))
 }
 
 func openStore(ctx context.Context, cfg *config, log *slog.Logger) (*store.DB, error) {

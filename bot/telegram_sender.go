@@ -229,23 +229,34 @@ func (o *Onboarding) nextOutgoing(ctx context.Context, now time.Time) (time.Time
 	return next.Time, nil
 }
 
-// claimOutgoing makes this sender the record's owner until until, if it is
-// still due; two senders never both own a record.
-func (o *Onboarding) claimOutgoing(ctx context.Context, id int64, now, until time.Time) (bool, error) {
-	var claimed bool
+// claimOutgoing makes this sender the owner until until of each record that
+// is still due, in one transaction, and returns those it claimed; two
+// senders never both own a record.
+func (o *Onboarding) claimOutgoing(ctx context.Context, recs []Outgoing, now, until time.Time) ([]Outgoing, error) {
+	var claimed []Outgoing
 	err := o.db.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `
-			update bot_outgoing set status = 'sending', claimed_until = ?, updated_at = ?
-			where id = ? and ((status = 'pending' and next_attempt_at <= ?) or (status = 'sending' and claimed_until <= ?))`,
-			store.TS(until), store.TS(now), id, store.TS(now), store.TS(now))
-		if err != nil {
-			return err
+		claimed = claimed[:0]
+		for _, r := range recs {
+			res, err := tx.ExecContext(ctx, `
+				update bot_outgoing set status = 'sending', claimed_until = ?, updated_at = ?
+				where id = ? and ((status = 'pending' and next_attempt_at <= ?) or (status = 'sending' and claimed_until <= ?))`,
+				store.TS(until), store.TS(now), r.ID, store.TS(now), store.TS(now))
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 1 {
+				r.Status, r.ClaimedUntil = OutgoingSending, &until
+				claimed = append(claimed, r)
+			}
 		}
-		n, err := res.RowsAffected()
-		claimed = n == 1
-		return err
+		return nil
 	})
-	return claimed, err
+	if err != nil {
+		return nil, err // rolled back: nothing is claimed
+	}
+	return claimed, nil
 }
 
 // runSender makes the recorded calls until ctx ends, then waits for the calls
@@ -274,11 +285,20 @@ func (o *Onboarding) runSender(ctx context.Context) {
 	}
 }
 
-// dispatch claims the records that may go now and starts their calls; it
-// returns the earliest time another record may (zero: none known).
+// dispatch claims, in one transaction, the records that may go now (or, for
+// a message, within reserveAhead) as many as there are free workers, and
+// starts their calls; it returns the earliest time another record may (zero:
+// none known). The rate limits are taken by the calls themselves (pace), not
+// here: a round is a read and a write, slow on a busy machine, and a Take at
+// the round's one instant would let one message of the bot's through per
+// round, whatever the limits allow.
 func (o *Onboarding) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) time.Time {
 	if ctx.Err() != nil {
 		return time.Time{}
+	}
+	free := cap(sem) - len(sem) // only dispatch fills sem, so free only grows meanwhile
+	if free == 0 {
+		return time.Time{} // a finishing call wakes the sender again
 	}
 	now := o.db.Now()
 	recs, err := o.dueOutgoing(ctx, now, 4*senderWorkers)
@@ -294,28 +314,24 @@ func (o *Onboarding) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan 
 			next = t
 		}
 	}
+	var pick []Outgoing
 	for _, r := range recs {
-		if len(sem) == cap(sem) {
-			break // a finishing call wakes the sender again
+		if len(pick) == free {
+			break
 		}
 		if r.Phase == phaseTelegram && r.Method == methodSendMessage {
-			if at, ok := o.limiter.Take(o.chat(r.ChatID), now); !ok {
+			if at := o.limiter.When(o.chat(r.ChatID), now); at.Sub(now) > reserveAhead {
 				earliest(at)
 				continue
 			}
 		}
-		until := now.Add(claimTTL)
-		claimed, err := o.claimOutgoing(ctx, r.ID, now, until)
-		if err != nil {
-			if ctx.Err() == nil {
-				o.log.Error("claim outgoing message", slog.Int64("message_id", r.ID), slog.Any("err", err))
-			}
-			continue
-		}
-		if !claimed {
-			continue
-		}
-		r.Status, r.ClaimedUntil = OutgoingSending, &until
+		pick = append(pick, r)
+	}
+	claimed, err := o.claimOutgoing(ctx, pick, now, now.Add(claimTTL))
+	if err != nil && ctx.Err() == nil {
+		o.log.Error("claim outgoing messages", slog.Int("messages", len(pick)), slog.Any("err", err))
+	}
+	for _, r := range claimed {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() {
@@ -336,6 +352,32 @@ func (o *Onboarding) chat(tg TelegramID) telegram.Chat {
 	return telegram.Chat{Bot: o.botID, ID: id}
 }
 
+// reserveAhead is how far ahead a call books its slot under the rate limits
+// (pace), and how soon a message's slot must come for dispatch to claim it:
+// more than the bot's slots for every worker (8 at 30 a second: 267 ms),
+// less than a chat's own interval (1 s), so a worker never sits out a chat's
+// pause.
+const reserveAhead = 500 * time.Millisecond
+
+// pace waits for the slot of a message to chat: it books the bot's next slot
+// (telegram.Limiter.Reserve), waiting first for the chat's own interval when
+// that is what holds it back, then waits for the slot. It reports false, with
+// the time to try again, when the slot is further off than reserveAhead (a
+// pause after a 429); the record then waits without an attempt counted.
+func (o *Onboarding) pace(ctx context.Context, chat telegram.Chat) (time.Time, bool) {
+	for range 3 {
+		now := o.db.Now()
+		at, ok := o.limiter.Reserve(chat, now, reserveAhead)
+		if at.Sub(now) > reserveAhead || !sleepCtx(ctx, at.Sub(now)) {
+			return at, false
+		}
+		if ok {
+			return at, true
+		}
+	}
+	return o.limiter.When(chat, o.db.Now()), false
+}
+
 // delivery is the result of one attempt.
 type delivery struct {
 	status      string    // OutgoingSent, OutgoingNotified, OutgoingFailed, or OutgoingPending (retry)
@@ -344,6 +386,7 @@ type delivery struct {
 	messageID   int       // Telegram's message id of a sent message
 	err         string
 	unreachable bool // Telegram said the user cannot be reached
+	deferred    bool // the rate limits held it back: no attempt was made
 }
 
 // deliver makes one attempt of a claimed record and records its result. The
@@ -390,6 +433,11 @@ func (o *Onboarding) deliverTelegram(ctx context.Context, r Outgoing) delivery {
 		}
 		if unreachable {
 			return unreachableDelivery(r, "the user is unreachable (blocked the bot or never started it)")
+		}
+	}
+	if r.Method == methodSendMessage {
+		if at, ok := o.pace(ctx, o.chat(r.ChatID)); !ok {
+			return delivery{status: OutgoingPending, phase: phaseTelegram, retryAt: at, deferred: true}
 		}
 	}
 	msgID, err := o.call(ctx, r)
@@ -506,6 +554,9 @@ func (o *Onboarding) recordDelivery(ctx context.Context, r Outgoing, d delivery)
 			nextAt, attempts, lastErr = store.TS(r.NextAttemptAt), attempts+1, d.err
 		default: // a retry, in this phase or the fallback's
 			nextAt, attempts, lastErr = store.TS(now), attempts+1, d.err
+			if d.deferred { // no attempt was made: the last one's error stays
+				attempts, lastErr = r.Attempts, r.LastError
+			}
 			if !d.retryAt.IsZero() {
 				nextAt = store.TS(d.retryAt)
 			}

@@ -205,6 +205,7 @@ func (s *sim) botSays(ctx context.Context, chat int64, after int, want func(fake
 		}
 		return got, errNoAnswer
 	}
+	s.step()
 	return got, nil
 }
 

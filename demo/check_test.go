@@ -255,6 +255,57 @@ func TestSummary(t *testing.T) {
 			t.Fatal("nothing checked passed")
 		}
 	})
+	held := func() []Invariant {
+		return []Invariant{{Name: invOutbox, Checked: 88}, {Name: invPartners, Checked: 24}, {Name: invReplies, Checked: 23}}
+	}
+	t.Run("an invariant that checked nothing is not checked, and the run does not pass", func(t *testing.T) {
+		inv := held()
+		inv[1].Checked = 0
+		s := Summary{Bot: FlowStats{Started: 10, Completed: 10}, Invariants: inv}
+		var out strings.Builder
+		s.Write(&out)
+		if inv[1].OK() || !inv[1].NotChecked() || s.OK() {
+			t.Errorf("an invariant that checked nothing: OK %v, not checked %v; the run OK %v", inv[1].OK(), inv[1].NotChecked(), s.OK())
+		}
+		if text := out.String(); strings.Contains(text, "all invariants hold") || strings.Contains(text, "ok   "+invPartners) ||
+			!strings.Contains(text, "---- "+invPartners+" — not checked") || !strings.Contains(text, "1 invariant was not checked") {
+			t.Errorf("the summary:\n%s", text)
+		}
+	})
+	t.Run("a run most of whose journeys of one flow failed does not pass, though every invariant held", func(t *testing.T) {
+		s := Summary{Bot: FlowStats{Started: 25, Completed: 4, Failed: 21, Errors: []ErrorCount{{"stopped before it finished", 21}}},
+			Referral: FlowStats{Started: 24, Completed: 24}, Invariants: held()}
+		var out strings.Builder
+		s.Write(&out)
+		if s.OK() || strings.Contains(out.String(), "all invariants hold") || !strings.Contains(out.String(), "most bot outbox journeys failed (21 of 25)") {
+			t.Errorf("OK %v:\n%s", s.OK(), out.String())
+		}
+	})
+	t.Run("the reviewer's run fails on both counts", func(t *testing.T) {
+		inv := held()
+		for i := range inv {
+			inv[i].Checked = 0
+		}
+		inv[0].Checked = 12
+		s := Summary{Bot: FlowStats{Started: 25, Completed: 4, Failed: 21}, Invariants: inv}
+		if p := s.Problems(); len(p) != 2 || !strings.Contains(p[0], "2 invariants were not checked") || !strings.Contains(p[1], "most bot outbox") {
+			t.Errorf("problems %q", p)
+		}
+	})
+	t.Run("a run with every invariant checked and held and a few failed journeys passes", func(t *testing.T) {
+		s := Summary{Bot: FlowStats{Started: 25, Completed: 24, Failed: 1}, Chat: FlowStats{Started: 3, Completed: 2, Failed: 1}, Invariants: held()}
+		var out strings.Builder
+		s.Write(&out)
+		if !s.OK() || !strings.Contains(out.String(), "all invariants hold") {
+			t.Errorf("OK %v:\n%s", s.OK(), out.String())
+		}
+	})
+	t.Run("a stalled run does not pass", func(t *testing.T) {
+		s := Summary{Bot: FlowStats{Started: 25, Completed: 20, Failed: 5}, Invariants: held(), Stalled: 30 * time.Second}
+		if p := s.Problems(); len(p) != 1 || !strings.Contains(p[0], "none moved for 30s") {
+			t.Errorf("problems %q", p)
+		}
+	})
 	t.Run("failures are counted by reason", func(t *testing.T) {
 		var f FlowStats
 		for _, r := range []string{"a", "b", "a", "c", "d", "e", "f"} {

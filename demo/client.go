@@ -22,6 +22,14 @@ type client struct {
 	hc         *http.Client
 }
 
+// stepKey carries, in a journey's context, what to call on every answer of
+// the instance: a journey that gets answers is moving (see awaitJourneys).
+type stepKey struct{}
+
+func withStep(ctx context.Context, step func()) context.Context {
+	return context.WithValue(ctx, stepKey{}, step)
+}
+
 func newClient(opts Opts) *client {
 	hc := opts.HTTPClient
 	if hc == nil {
@@ -100,6 +108,9 @@ func (c *client) do(ctx context.Context, token, method, path string, in, out any
 		return fmt.Errorf("request failed: %w", err)
 	}
 	defer resp.Body.Close()
+	if step, ok := ctx.Value(stepKey{}).(func()); ok {
+		step() // any answer, an error status too
+	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
 		return fmt.Errorf("read answer: %w", err)

@@ -31,14 +31,20 @@
 // Guarantees:
 //
 //   - Run and Controller.Stop stop cleanly: arrivals end first, journeys in
-//     flight finish (or are cancelled when the drain time runs out), then
-//     the invariants are checked until they hold or the drain time ends.
+//     flight finish as long as they move (they are cancelled when none has
+//     moved for Opts.Drain), then the invariants are checked until they
+//     hold or stop improving for Opts.Drain. The deadlines count time
+//     without progress, so a loaded machine makes a run slower, not failed.
 //   - The summary's invariants are checked from the outside, through the
 //     admin API and what the sandbox's users see in their chats: every
 //     outbox event processed or dead-lettered; each new partner announced
 //     exactly once (DM or web notification), no DM sent twice; every valid
 //     referral bonded once and no refused one bonded; every inbound message
 //     stored once; every reply delivered once or failed with a reason.
+//   - A run passes (Summary.OK) only when every invariant was checked on
+//     something and held, no flow failed more than half of its journeys,
+//     and nothing stalled; an invariant that checked nothing is "not
+//     checked", never "holds". Summary.Problems says why a run failed.
 //   - Seed only adds data where that part of the console is empty (and
 //     re-creates the sandbox's in-memory side — leaders' chats, the business
 //     connection — in each process), so it is safe on every start.

@@ -64,8 +64,14 @@ type Invariant struct {
 
 const maxExamples = 5
 
-// OK reports whether the promise held for every subject.
-func (i Invariant) OK() bool { return i.Pending == 0 && i.Violations == 0 }
+// OK reports whether the promise was checked on something and held for
+// every subject. An invariant that checked nothing proves nothing: it is
+// not checked, not held.
+func (i Invariant) OK() bool { return i.Checked > 0 && i.Pending == 0 && i.Violations == 0 }
+
+// NotChecked reports whether no subject reached the promise (no journey got
+// that far, or the run was too short).
+func (i Invariant) NotChecked() bool { return i.Checked == 0 && i.Pending == 0 && i.Violations == 0 }
 
 func (i *Invariant) violate(format string, args ...any) {
 	i.Violations++
@@ -87,16 +93,64 @@ type Summary struct {
 	// Bot, Referral and Chat are the three flows.
 	Bot, Referral, Chat FlowStats
 	Invariants          []Invariant
+	// Stalled is set when stopping cancelled the journeys in flight because
+	// none had moved for this long (Opts.Drain): the instance stopped
+	// answering.
+	Stalled time.Duration
 }
 
-// OK reports whether every invariant held.
-func (s Summary) OK() bool {
+// mostlyFailed reports whether more than half of the flow's journeys that
+// ended failed: the flow did not work, whatever the invariants say about
+// the few that got through.
+func (f FlowStats) mostlyFailed() bool { return f.Failed > f.Completed }
+
+// Problems lists why the run failed, empty when it passed: an invariant that
+// broke, did not settle or was not checked on anything; a flow most of
+// whose journeys failed; journeys cancelled because the instance stopped
+// answering.
+func (s Summary) Problems() []string {
+	var out []string
+	var broken, notChecked []string
 	for _, inv := range s.Invariants {
-		if !inv.OK() {
-			return false
+		switch {
+		case inv.NotChecked():
+			notChecked = append(notChecked, inv.Name)
+		case !inv.OK():
+			broken = append(broken, inv.Name)
 		}
 	}
-	return len(s.Invariants) > 0
+	if len(s.Invariants) == 0 {
+		out = append(out, "no invariant was checked")
+	}
+	if len(broken) > 0 {
+		out = append(out, plural(len(broken), "invariant does not hold", "invariants do not hold")+": "+strings.Join(broken, "; "))
+	}
+	if len(notChecked) > 0 {
+		out = append(out, plural(len(notChecked), "invariant was not checked", "invariants were not checked")+
+			" (no journey reached it): "+strings.Join(notChecked, "; "))
+	}
+	for _, fl := range s.flows() {
+		if fl.f.mostlyFailed() {
+			out = append(out, fmt.Sprintf("most %s journeys failed (%d of %d)", fl.name, fl.f.Failed, fl.f.Failed+fl.f.Completed))
+		}
+	}
+	if s.Stalled > 0 {
+		out = append(out, fmt.Sprintf("the journeys in flight were cancelled: none moved for %s", s.Stalled))
+	}
+	return out
+}
+
+// OK reports whether the run passed: every invariant checked on something
+// and held, no flow failed most of its journeys, nothing stalled.
+func (s Summary) OK() bool { return len(s.Problems()) == 0 }
+
+type namedFlow struct {
+	name string
+	f    FlowStats
+}
+
+func (s Summary) flows() []namedFlow {
+	return []namedFlow{{"bot outbox", s.Bot}, {"referral", s.Referral}, {"chat", s.Chat}}
 }
 
 // Write prints the summary for a terminal.
@@ -106,10 +160,7 @@ func (s Summary) Write(w io.Writer) {
 		fmt.Fprintf(w, ", %d skipped (too many in flight)", s.Skipped)
 	}
 	fmt.Fprintln(w)
-	flows := []struct {
-		name string
-		f    FlowStats
-	}{{"bot outbox", s.Bot}, {"referral", s.Referral}, {"chat", s.Chat}}
+	flows := s.flows()
 	fmt.Fprintf(w, "  %-12s %8s %10s %7s\n", "flow", "started", "completed", "failed")
 	for _, fl := range flows {
 		fmt.Fprintf(w, "  %-12s %8d %10d %7d\n", fl.name, fl.f.Started, fl.f.Completed, fl.f.Failed)
@@ -124,6 +175,10 @@ func (s Summary) Write(w io.Writer) {
 	}
 	fmt.Fprintln(w, "invariants:")
 	for _, inv := range s.Invariants {
+		if inv.NotChecked() {
+			fmt.Fprintf(w, "  ---- %s — not checked: no journey reached it\n", inv.Name)
+			continue
+		}
 		mark := "ok  "
 		if !inv.OK() {
 			mark = "FAIL"
@@ -143,10 +198,14 @@ func (s Summary) Write(w io.Writer) {
 			fmt.Fprintf(w, "         - %s\n", ex)
 		}
 	}
-	if s.OK() {
+	problems := s.Problems()
+	if len(problems) == 0 {
 		fmt.Fprintln(w, "all invariants hold")
-	} else {
-		fmt.Fprintln(w, "SOME INVARIANTS DO NOT HOLD")
+		return
+	}
+	fmt.Fprintln(w, "THE RUN FAILED:")
+	for _, p := range problems {
+		fmt.Fprintf(w, "  - %s\n", p)
 	}
 }
 
@@ -159,8 +218,12 @@ func writeProgress(w io.Writer, st Status) {
 	flow := func(f FlowStats) string {
 		return fmt.Sprintf("%d started, %d done, %d failed", f.Started, f.Completed, f.Failed)
 	}
-	fmt.Fprintf(w, "demo %d:%02d  bot: %s · referral: %s · chat: %s · %d in flight\n",
-		int(e.Minutes()), int(e.Seconds())%60, flow(st.Bot), flow(st.Referral), flow(st.Chat), st.InFlight)
+	when := fmt.Sprintf("%d:%02d", int(e.Minutes()), int(e.Seconds())%60)
+	if st.Stopping {
+		when = "stopping"
+	}
+	fmt.Fprintf(w, "demo %s  bot: %s · referral: %s · chat: %s · %d in flight\n",
+		when, flow(st.Bot), flow(st.Referral), flow(st.Chat), st.InFlight)
 }
 
 // plural is "1 thing" or "n things".

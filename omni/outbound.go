@@ -275,7 +275,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 		if err := o.retrying(ctx, cmd.MessageID, "", now.Add(d.Delay), d.Reason, ""); err != nil {
 			return err
 		}
-		return queue.RetryAfter(d.Delay, f)
+		return queue.RetryAfter(d.Delay, f.Err)
 	case actionRetry:
 		metricOutboundSends.WithLabelValues("retry").Inc()
 		log.Warn("send failed; will retry", slog.String("outcome", "retry"), slog.Int("attempt", attempts),
@@ -284,7 +284,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 			if err := o.retrying(ctx, cmd.MessageID, key, now.Add(d.Delay), d.Reason, orderKey); err != nil {
 				return err
 			}
-			return queue.RetryAfter(d.Delay, f)
+			return queue.RetryAfter(d.Delay, f.Err)
 		}
 		// Move to sender.retry; later messages of this chat follow it there.
 		return o.db.Tx(ctx, func(tx *sql.Tx) error {
@@ -299,7 +299,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 		if err := o.fail(ctx, cmd.MessageID, key, d.Reason, d.Unreachable); err != nil {
 			return err
 		}
-		return queue.Permanent(f)
+		return queue.Permanent(f.Err) // the queue names the class; f.Error() would name it again
 	}
 }
 

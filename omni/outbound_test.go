@@ -249,6 +249,9 @@ func TestOutboundFaults(t *testing.T) {
 		if n := len(p.fake.CallsTo("sendMessage")); n != 1 {
 			t.Errorf("%d calls, want 1 (a 403 is not retried)", n)
 		}
+		if e := deadLetters(t, p)[0].LastError; !strings.HasPrefix(e, "permanent: telego: sendMessage: ") || strings.Count(e, "permanent") != 1 {
+			t.Errorf("the dead letter's error reads %q, want its class once: permanent: telego: sendMessage: …", e)
+		}
 	})
 
 	t.Run("exhausted attempts end in the dead letters, and a redrive delivers", func(t *testing.T) {

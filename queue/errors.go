@@ -27,10 +27,16 @@ const (
 )
 
 // Permanent marks err as not worth retrying: the message goes straight to the
-// dead-letter queue with err as its last error.
+// dead-letter queue with err as its last error, which reads
+// "permanent: <err>". An err marked permanent already is returned as it is,
+// so the class is never said twice.
 func Permanent(err error) error {
 	if err == nil {
 		err = errors.New("permanent failure")
+	}
+	var perm *permanentError
+	if errors.As(err, &perm) {
+		return err
 	}
 	return &permanentError{err: err}
 }

@@ -382,6 +382,29 @@ func mustExec(t testing.TB, db *store.DB, query string) {
 func TestDeadLetters(t *testing.T) {
 	t.Parallel()
 
+	t.Run("an error marked permanent twice reads its class once", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		q := queue.New(queue.NewOpts{DB: db, Name: "sender.flow"})
+		admin := queue.NewAdmin(queue.AdminOpts{DB: db})
+		start(t, q, queue.WorkerOpts{Handler: func(ctx context.Context, m queue.Message) error {
+			// A lower layer gave up already; the handler says so again.
+			return queue.Permanent(queue.Permanent(errors.New("chat not found")))
+		}})
+		if _, err := q.Send(t.Context(), queue.Message{Body: []byte(`{"chat":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+		var dead []queue.DeadLetter
+		eventually(t, 5*time.Second, "a dead letter", func() bool {
+			var err error
+			dead, err = admin.ListDead(t.Context(), queue.DeadFilter{Queue: "sender.flow"})
+			return err == nil && len(dead) == 1
+		})
+		if got, want := dead[0].LastError, "permanent: chat not found"; got != want {
+			t.Errorf("last error %q, want %q", got, want)
+		}
+	})
+
 	t.Run("a permanent error dead-letters on the first attempt", func(t *testing.T) {
 		t.Parallel()
 		db := storetest.New(t)

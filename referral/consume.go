@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"switchyard/mask"
 	"switchyard/store"
 )
 
@@ -92,7 +93,7 @@ func (s *Service) apply(ctx context.Context, tx *sql.Tx, in inbound) (result, er
 // branch B (trigger T1, rule R1) on a first-seen user with a ReferrerUrl.
 func (s *Service) applyUpserted(ctx context.Context, tx *sql.Tx, ev UserUpserted, res result) (result, error) {
 	res.RegisteredVia = ev.RegisteredVia
-	res.Phone = MaskPhone(ev.PhoneNumber)
+	res.Phone = mask.Phone(ev.PhoneNumber)
 	q := s.prepared(tx)
 	mark := string(TypeUserUpserted) + ":" + ev.MessageID
 	if dup, err := hasMark(ctx, q, mark); err != nil || dup {

@@ -145,19 +145,3 @@ func (n FullName) Display() string {
 	}
 	return strings.TrimSpace(strings.TrimSpace(n.FirstName) + " " + strings.TrimSpace(n.LastName))
 }
-
-// MaskPhone keeps a phone number's leading "+" and first digit and its last
-// four digits: "+79991231234" becomes "+7***1234". Anything with fewer than
-// seven digits is masked entirely. Logs never carry a phone any other way.
-func MaskPhone(phone string) string {
-	var digits []rune
-	for _, r := range phone {
-		if r >= '0' && r <= '9' {
-			digits = append(digits, r)
-		}
-	}
-	if len(digits) < 7 {
-		return "***"
-	}
-	return "+" + string(digits[0]) + "***" + string(digits[len(digits)-4:])
-}

@@ -34,20 +34,6 @@ func TestNormalizeSlug(t *testing.T) {
 	}
 }
 
-func TestMaskPhone(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"+79991231234":      "+7***1234",
-		"8 (999) 123-12-34": "+8***1234",
-		"12345":             "***",
-		"":                  "***",
-	} {
-		if got := MaskPhone(in); got != want {
-			t.Errorf("MaskPhone(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 var t0 = time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)
 
 func upserted(version int64) UserUpserted {

@@ -87,6 +87,7 @@ type Limiter struct {
 type chatState struct {
 	chat, group *rate.Limiter // nil when switched off or not a group
 	pausedUntil time.Time
+	slot        time.Time // the last reserved slot: the buckets count from it
 }
 
 type botState struct {
@@ -149,6 +150,42 @@ func (l *Limiter) TakeWithin(c Chat, now time.Time, slack time.Duration) (time.T
 	return now, true
 }
 
+// Reserve books the next slot of the bot's for a message to c, for a sender
+// that waits for it: when the bot's limit allows the message within ahead of
+// now, and nothing else holds it back (the chat's own interval, a group's,
+// a pause), it spends the tokens and returns the slot — the time to send at,
+// not before. Otherwise it spends nothing and returns the time to ask again.
+// Slots go out in call order, one bot interval apart, so a sender that
+// works in rounds books one slot after another and loses none to the time
+// a round takes, where a Take at the round's one instant, with a burst of
+// one, admits one message per round. The bot's bucket counts the message at
+// now and the chat's at the slot, so neither is ever beaten; a chat asks
+// again only after its slot (its next message waits for this one).
+func (l *Limiter) Reserve(c Chat, now time.Time, ahead time.Duration) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now = l.monotonic(now)
+	l.takes++
+	if l.takes%1024 == 0 {
+		l.sweep(now)
+	}
+	at, scope := l.when(c, now)
+	if at.Sub(now) > ahead || (scope != "bot" && at.Sub(now) > reserveSlack) {
+		deferrals.WithLabelValues(scope).Inc()
+		return at, false
+	}
+	cs, bs := l.chat(c), l.bot(c.Bot)
+	spend(bs.bot, now)
+	spend(cs.chat, at)
+	spend(cs.group, at)
+	cs.slot = at
+	return at, true
+}
+
+// reserveSlack is how soon the chat's own limit must allow a reserved
+// message: a reservation waits only for the bot's pace.
+const reserveSlack = 5 * time.Millisecond
+
 // spend takes one token from lim, going into debt when it holds less (the
 // slack case).
 func spend(lim *rate.Limiter, now time.Time) {
@@ -197,9 +234,13 @@ func (l *Limiter) when(c Chat, now time.Time) (time.Time, string) {
 		}
 	}
 	if cs := l.chats[c]; cs != nil {
+		from := now
+		if cs.slot.After(from) {
+			from = cs.slot // a reserved message goes then; the chat's limits count from it
+		}
 		later(cs.pausedUntil, "pause")
-		later(ready(cs.chat, now), "chat")
-		later(ready(cs.group, now), "group")
+		later(ready(cs.chat, from), "chat")
+		later(ready(cs.group, from), "group")
 	}
 	if bs := l.bots[c.Bot]; bs != nil {
 		later(bs.pausedUntil, "pause")

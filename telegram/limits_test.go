@@ -2,6 +2,7 @@ package telegram_test
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -169,6 +170,100 @@ func TestLimiter(t *testing.T) {
 		}
 		if accepted < 1000 {
 			t.Fatalf("only %d sends accepted: the limiter is too strict", accepted)
+		}
+	})
+}
+
+func TestLimiterReserve(t *testing.T) {
+	t.Parallel()
+
+	t.Run("reservations at one instant get one bot interval after another", func(t *testing.T) {
+		t.Parallel()
+		l := telegram.NewLimiter(telegram.Limits{})
+		interval := time.Second / 30
+		for i := range 8 {
+			at, ok := l.Reserve(telegram.Chat{Bot: 1, ID: int64(100 + i)}, t0, 500*time.Millisecond)
+			if want := t0.Add(time.Duration(i) * interval); !ok || at.Sub(want).Abs() > time.Millisecond {
+				t.Fatalf("reservation %d = %s, %t; want %s", i, at, ok, want)
+			}
+		}
+	})
+
+	t.Run("a slot further off than ahead, or held back by the chat, is refused and spends nothing", func(t *testing.T) {
+		t.Parallel()
+		l := telegram.NewLimiter(telegram.Limits{})
+		alice, bob := telegram.Chat{Bot: 1, ID: 100}, telegram.Chat{Bot: 1, ID: 101}
+		if _, ok := l.Reserve(alice, t0, 0); !ok {
+			t.Fatal("the first reservation was refused")
+		}
+		next := t0.Add(time.Second / 30)
+		if at, ok := l.Reserve(bob, t0, 10*time.Millisecond); ok || at.Sub(next).Abs() > time.Millisecond {
+			t.Fatalf("a reservation 33 ms off with 10 ms ahead = %s, %t; want refused until %s", at, ok, next)
+		}
+		at, ok := l.Reserve(alice, t0, 2*time.Second)
+		if ok || !at.Equal(t0.Add(time.Second)) {
+			t.Fatalf("a second message to the chat = %s, %t; want refused until %s (its own interval)", at, ok, t0.Add(time.Second))
+		}
+		if at, ok := l.Reserve(bob, t0, 500*time.Millisecond); !ok || at.Sub(next).Abs() > time.Millisecond {
+			t.Fatalf("the refusals spent the bot's slot: %s, %t", at, ok)
+		}
+		if at, ok := l.Reserve(alice, t0.Add(time.Second), 500*time.Millisecond); !ok || !at.Equal(t0.Add(time.Second)) {
+			t.Fatalf("at the time it named = %s, %t", at, ok)
+		}
+	})
+
+	t.Run("a chat's next message counts from its reserved slot", func(t *testing.T) {
+		t.Parallel()
+		l := telegram.NewLimiter(telegram.Limits{})
+		for i := range 5 { // the bot's next slot is 5 intervals off
+			l.Reserve(telegram.Chat{Bot: 1, ID: int64(200 + i)}, t0, time.Second)
+		}
+		alice := telegram.Chat{Bot: 1, ID: 100}
+		slot, ok := l.Reserve(alice, t0, time.Second)
+		if !ok || !slot.After(t0) {
+			t.Fatalf("reservation = %s, %t", slot, ok)
+		}
+		if at := l.When(alice, t0.Add(time.Second)); !at.Equal(slot.Add(time.Second)) {
+			t.Fatalf("the chat's next message may go at %s, want a second after its slot %s", at, slot)
+		}
+		if _, ok := l.Take(alice, t0.Add(time.Second)); ok {
+			t.Fatal("a Take a second after the reservation was made, before a second after its slot, was allowed")
+		}
+	})
+
+	t.Run("reserved slots never beat the limits in any window", func(t *testing.T) {
+		t.Parallel()
+		l := telegram.NewLimiter(telegram.Limits{})
+		rng := rand.New(rand.NewPCG(3, 4))
+		var slots []time.Time
+		last := map[int64]time.Time{}
+		for now := t0; now.Before(t0.Add(10 * time.Second)); now = now.Add(time.Duration(rng.IntN(300)) * time.Millisecond) {
+			for range rng.IntN(12) {
+				id := int64(rng.IntN(500))
+				if at, ok := l.Reserve(telegram.Chat{Bot: 1, ID: id}, now, 500*time.Millisecond); ok {
+					if at.Before(now) {
+						t.Fatalf("a slot %s before the time it was asked for %s", at, now)
+					}
+					if prev, seen := last[id]; seen && at.Sub(prev) < time.Second {
+						t.Fatalf("chat %d got slots %s and %s, less than a second apart", id, prev, at)
+					}
+					last[id] = at
+					slots = append(slots, at)
+				}
+			}
+		}
+		slices.SortFunc(slots, func(a, b time.Time) int { return a.Compare(b) })
+		for i := range slots {
+			j := i
+			for j < len(slots) && slots[j].Sub(slots[i]) < time.Second {
+				j++
+			}
+			if j-i > 30 {
+				t.Fatalf("%d slots in the second from %s, more than the bot's 30", j-i, slots[i])
+			}
+		}
+		if len(slots) < 280 {
+			t.Fatalf("only %d slots in 10 s of demand above the limit", len(slots))
 		}
 	})
 }

@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"switchyard/referral"
+	"switchyard/mask"
 )
 
 // This file holds what the console's view models share: how times, counts
@@ -87,14 +86,9 @@ func clip(s string, n int) string {
 }
 
 // Masking. The console shows payloads pretty-printed, with every phone
-// number masked as the logs mask them (+7***1234) and every value of a field
-// that names a secret replaced.
-var (
-	phoneLike  = regexp.MustCompile(`\+\d[\d\s()-]{8,18}\d`)
-	secretKeys = []string{"secret", "password", "token", "apikey", "api_key", "authorization"}
-)
-
-func isPhoneKey(k string) bool { return strings.Contains(strings.ToLower(k), "phone") }
+// number masked as the logs mask them (package mask: +7***1234) and every
+// value of a field that names a secret replaced.
+var secretKeys = []string{"secret", "password", "token", "apikey", "api_key", "authorization"}
 
 func isSecretKey(k string) bool {
 	k = strings.ToLower(k)
@@ -104,11 +98,6 @@ func isSecretKey(k string) bool {
 		}
 	}
 	return false
-}
-
-// maskPhones masks every phone-looking run in free text.
-func maskPhones(s string) string {
-	return phoneLike.ReplaceAllStringFunc(s, referral.MaskPhone)
 }
 
 // prettyPayload indents a JSON payload in its own key order, masking phone
@@ -123,11 +112,11 @@ func prettyPayload(raw []byte) string {
 		if !utf8.Valid(raw) {
 			return fmt.Sprintf("(%d bytes of binary data)", len(raw))
 		}
-		return maskPhones(string(raw))
+		return mask.Phones(string(raw))
 	}
 	var out strings.Builder
 	if err := writePretty(&out, json.NewDecoder(bytes.NewReader(raw))); err != nil {
-		return maskPhones(string(raw))
+		return mask.Phones(string(raw))
 	}
 	return out.String()
 }
@@ -198,19 +187,19 @@ func writePretty(w *strings.Builder, dec *json.Decoder) error {
 			stack = append(stack, &prettyFrame{object: v == '{', isKey: v == '{'})
 			continue
 		case string:
-			switch {
-			case key != "" && isSecretKey(key):
+			if key != "" && isSecretKey(key) {
 				v = "•••"
-			case key != "" && isPhoneKey(key):
-				v = referral.MaskPhone(v)
-			default:
-				v = maskPhones(v)
+			} else {
+				v = mask.Field(key, v)
 			}
 			b, _ := json.Marshal(v)
 			w.Write(b)
 		case json.Number:
-			if key != "" && isPhoneKey(key) {
-				b, _ := json.Marshal(referral.MaskPhone(v.String()))
+			// A number is an id, a count or a time unless its key or its
+			// digits say phone (mask.Number): then it is shown masked, as a
+			// string.
+			if m := mask.Number(key, v.String()); m != v.String() {
+				b, _ := json.Marshal(m)
 				w.Write(b)
 			} else {
 				w.WriteString(v.String())

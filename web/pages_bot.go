@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/bot"
+	"switchyard/mask"
 )
 
 // outboxOps is what the console needs of the bot outbox (*bot.Outbox).
@@ -188,7 +189,7 @@ func toEventRow(e bot.EventRecord, now time.Time) eventRow {
 		row.Due = when(*e.NextRetryAt) + " (" + ago(now, *e.NextRetryAt) + ")"
 	}
 	if e.LastError != nil {
-		row.LastError = clip(maskPhones(*e.LastError), 120)
+		row.LastError = clip(mask.Phones(*e.LastError), 120)
 	}
 	return row
 }
@@ -228,7 +229,7 @@ func toOutgoingRow(o bot.Outgoing) outgoingRow {
 	return outgoingRow{
 		ID: strconv.FormatInt(o.ID, 10), Method: o.Method, Chat: string(o.ChatID),
 		ChatHref: "/admin/bot/users/" + url.PathEscape(string(o.ChatID)), Status: o.Status, Attempts: o.Attempts,
-		Text: clip(maskPhones(o.Params.Text), 160), LastError: clip(maskPhones(deref(o.LastError)), 160),
+		Text: clip(mask.Phones(o.Params.Text), 160), LastError: clip(mask.Phones(deref(o.LastError)), 160),
 		At: when(o.UpdatedAt), Failed: o.Status == bot.OutgoingFailed,
 	}
 }
@@ -371,7 +372,7 @@ func toEventDetail(e bot.EventRecord, now time.Time) eventDetail {
 		User: userLabel(e.MagnetUID, e.TelegramID), UserHref: userHref(e.MagnetUID, e.TelegramID),
 		Created: when(e.CreatedAt), Processed: whenPtr(e.ProcessedAt), Attempts: e.Attempts,
 		LastAttempt: whenPtr(e.LastAttemptAt), NextRetry: whenPtr(e.NextRetryAt), DeadAt: whenPtr(e.DeadLetteredAt),
-		LastError: maskPhones(deref(e.LastError)), Payload: prettyPayload(e.Payload),
+		LastError: mask.Phones(deref(e.LastError)), Payload: prettyPayload(e.Payload),
 		CanRedrive: e.State == bot.StateDead || e.State == bot.StateRetrying,
 	}
 	if e.NextRetryAt != nil && e.State == bot.StateRetrying {
@@ -573,10 +574,10 @@ func (s *Server) botUser(w http.ResponseWriter, r *http.Request) {
 			if o.ChatID != tg || o.Method != "sendMessage" {
 				continue
 			}
-			e := timelineEntry{at: o.CreatedAt, Kind: "message", Text: clip(maskPhones(o.Params.Text), 200),
+			e := timelineEntry{at: o.CreatedAt, Kind: "message", Text: clip(mask.Phones(o.Params.Text), 200),
 				Detail: o.Status + " after " + countInt(o.Attempts) + " attempt(s)", Bad: o.Status == bot.OutgoingFailed}
 			if o.LastError != nil && e.Bad {
-				e.Detail += ": " + maskPhones(*o.LastError)
+				e.Detail += ": " + mask.Phones(*o.LastError)
 			}
 			timeline = append(timeline, e)
 		}
@@ -617,5 +618,5 @@ func valueText(v *string) string {
 	if v == nil || *v == "" {
 		return "—"
 	}
-	return maskPhones(*v)
+	return mask.Phones(*v)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"switchyard/mask"
 	"switchyard/omni"
 )
 
@@ -65,7 +66,7 @@ func toThreadRow(t omni.Thread, d threadDigest, now time.Time) threadRow {
 	}
 	switch {
 	case d.LastText != "":
-		row.LastText = clip(maskPhones(d.LastText), 90)
+		row.LastText = clip(mask.Phones(d.LastText), 90)
 	case d.LastKind != "":
 		row.LastText = "(" + d.LastKind + ")"
 	}
@@ -155,17 +156,17 @@ type messageRow struct {
 func toMessageRow(m omni.OmniMessage, now time.Time) messageRow {
 	row := messageRow{
 		ID: strconv.FormatInt(int64(m.ID), 10), Seq: m.Seq, Outbound: m.Direction == "outbound",
-		Origin: string(m.Origin), Kind: string(m.Kind), Text: maskPhones(m.Text), Status: string(m.Status),
+		Origin: string(m.Origin), Kind: string(m.Kind), Text: mask.Phones(m.Text), Status: string(m.Status),
 		At: when(m.CreatedAt), Edited: m.EditedAt != nil, Deleted: m.DeletedAt != nil,
 		Failed: m.Status == omni.StatusFailed, Attempts: m.Attempts,
 	}
 	switch {
 	case m.Status == omni.StatusFailed:
-		row.Detail = maskPhones(m.FailureReason)
+		row.Detail = mask.Phones(m.FailureReason)
 	case m.Status == omni.StatusRetrying && m.NextAttemptAt != nil:
 		row.Detail = "next attempt " + ago(now, *m.NextAttemptAt)
 		if m.FailureReason != "" {
-			row.Detail += " after: " + maskPhones(m.FailureReason)
+			row.Detail += " after: " + mask.Phones(m.FailureReason)
 		}
 	}
 	if m.SentAt != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"switchyard/mask"
 	"switchyard/queue"
 )
 
@@ -159,7 +160,7 @@ func toDeadRows(dead []queue.DeadLetter) []deadRow {
 	rows := make([]deadRow, 0, len(dead))
 	for _, d := range dead {
 		row := deadRow{
-			ID: d.ID, Key: d.Key, Attempts: d.Attempts, LastError: maskPhones(d.LastError),
+			ID: d.ID, Key: d.Key, Attempts: d.Attempts, LastError: mask.Phones(d.LastError),
 			CreatedAt: when(d.CreatedAt), DeadAt: when(d.DeadAt), Body: prettyPayload(d.Body),
 		}
 		if d.Partition != nil && d.Offset != nil {
@@ -200,7 +201,7 @@ func (s *Server) queueDetail(w http.ResponseWriter, r *http.Request) {
 			}
 			for _, l := range live {
 				m.Live = append(m.Live, liveMessageRow{
-					ID: string(l.ID), State: string(l.State), Attempts: l.Attempts, LastError: maskPhones(l.LastError),
+					ID: string(l.ID), State: string(l.State), Attempts: l.Attempts, LastError: mask.Phones(l.LastError),
 					OrderKey: l.OrderKey, SentAt: when(l.SentAt), VisibleAt: when(l.VisibleAt), Body: prettyPayload(l.Body),
 				})
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"switchyard/mask"
 	"switchyard/queue"
 	"switchyard/referral"
 )
@@ -64,7 +65,7 @@ func toReplicaRow(r referral.Replica) replicaRow {
 	}
 	return replicaRow{
 		ID: string(r.ID), Href: referralUserHref(r.ID), Type: string(r.Type), Status: string(r.Status), Name: name,
-		Phone: referral.MaskPhone(r.PhoneNumber), Registered: when(r.RegisteredAt), Updated: when(r.UpdatedAt),
+		Phone: mask.Phone(r.PhoneNumber), Registered: when(r.RegisteredAt), Updated: when(r.UpdatedAt),
 		Version: r.ReplicaVersion, Company: company,
 	}
 }

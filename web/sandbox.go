@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/mymmrac/telego"
 
+	"switchyard/mask"
 	"switchyard/telegram/fakebot"
 	"switchyard/web/httpjson"
 )
@@ -312,7 +313,7 @@ func toSandboxChat(role string, c fakebot.ChatView) sandboxChat {
 	}
 	for _, msg := range c.Messages {
 		sm := sandboxMessage{
-			ID: strconv.Itoa(msg.ID), FromBot: msg.Sender == fakebot.SenderBot, Text: maskPhones(msg.Text),
+			ID: strconv.Itoa(msg.ID), FromBot: msg.Sender == fakebot.SenderBot, Text: mask.Phones(msg.Text),
 			At: when(msg.Date), Edited: !msg.Edited.IsZero(), Deleted: msg.Deleted, Toasts: msg.CallbackAnswers,
 		}
 		for _, row := range msg.Buttons {
