@@ -44,8 +44,10 @@ const (
 	claimTTL = 2 * telegram.DefaultRequestTimeout
 	// senderWorkers is how many calls one process makes at once (across chats).
 	senderWorkers = 8
-	// senderIdleCheck bounds the sender's sleep when nothing is due.
-	senderIdleCheck = 30 * time.Second
+	// senderIdleCheck bounds the sender's sleep when nothing is due: records
+	// committed by another process (whose consumer or updates worker may
+	// hold those leases while this one holds the sender's) wake no one here.
+	senderIdleCheck = time.Second
 	// maxSendBackoff caps the wait between retries of a retryable failure.
 	maxSendBackoff = 5 * time.Minute
 )
@@ -248,11 +250,34 @@ func (o *Onboarding) claimOutgoing(ctx context.Context, id int64, now, until tim
 	return claimed, err
 }
 
-// runSender makes the recorded calls until ctx ends, then waits for the calls
+// runSender makes the recorded calls while this process holds the bot's
+// sender lease (telegram.SenderLeaseName), until ctx ends: Telegram's limits
+// count per bot, and the limiter that keeps to them counts in this process
+// only, so one process at a time sends for the bot. The others stand by and
+// take over when the holder stops or dies.
+func (o *Onboarding) runSender(ctx context.Context) {
+	lease := store.LeaseOpts{
+		Name:   telegram.SenderLeaseName(o.botID),
+		Owner:  o.owner,
+		TTL:    LeaseTTL,
+		Logger: o.log.With(slog.String("role", "sender"), slog.Int64("bot_id", o.botID)),
+	}
+	_ = o.db.RunExclusive(ctx, lease, func(ctx context.Context, prev store.Lease) error {
+		if prev.Owner != "" {
+			// Another process sent for this bot until prev.ExpiresAt; its
+			// buckets were not ours.
+			o.limiter.Handover(o.botID, prev.ExpiresAt)
+		}
+		o.send(ctx)
+		return nil
+	})
+}
+
+// send makes the recorded calls until ctx ends, then waits for the calls
 // in flight. It wakes when records are committed (sendWake), when a call
 // finishes, when the next record comes due, and at least every
 // senderIdleCheck (records of other processes, expired claims).
-func (o *Onboarding) runSender(ctx context.Context) {
+func (o *Onboarding) send(ctx context.Context) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, senderWorkers)
 	defer wg.Wait()
@@ -299,7 +324,9 @@ func (o *Onboarding) dispatch(ctx context.Context, wg *sync.WaitGroup, sem chan 
 			break // a finishing call wakes the sender again
 		}
 		if r.Phase == phaseTelegram && r.Method == methodSendMessage {
-			if at, ok := o.limiter.Take(o.chat(r.ChatID), now); !ok {
+			// The tokens are taken just before the call (takeSlot): one
+			// taken here would leave a claim's commit later.
+			if at := o.limiter.When(o.chat(r.ChatID), now); at.After(now) {
 				earliest(at)
 				continue
 			}
@@ -391,6 +418,9 @@ func (o *Onboarding) deliverTelegram(ctx context.Context, r Outgoing) delivery {
 		if unreachable {
 			return unreachableDelivery(r, "the user is unreachable (blocked the bot or never started it)")
 		}
+		if at, ok := o.takeSlot(ctx, o.chat(r.ChatID)); !ok {
+			return delivery{status: OutgoingPending, phase: phaseTelegram, retryAt: at, err: "waiting for the rate limit"}
+		}
 	}
 	msgID, err := o.call(ctx, r)
 	if err == nil || (r.Method == methodEditReplyMarkup && telegram.IsMessageNotModified(err)) {
@@ -410,6 +440,32 @@ func (o *Onboarding) deliverTelegram(ctx context.Context, r Outgoing) delivery {
 		return delivery{status: OutgoingFailed, phase: phaseTelegram, err: f.Error()}
 	default:
 		return delivery{status: OutgoingPending, phase: phaseTelegram, retryAt: now.Add(backoff(r.Attempts, 500*time.Millisecond, maxSendBackoff)), err: f.Error()}
+	}
+}
+
+// maxSlotWait bounds how long a claimed call waits for its rate-limit tokens
+// before it is put back to be tried again when they come.
+const maxSlotWait = 2 * time.Second
+
+// takeSlot takes the limits' tokens for a message to chat right before its
+// call, waiting for them up to maxSlotWait (the calls claimed together take
+// the bot's tokens one after another). Taken any earlier — when the record
+// was claimed — the call would leave up to a commit later than the limiter
+// counted it, and two calls to a chat could reach Telegram less than the
+// chat's interval apart. When the tokens do not come in time, it returns
+// when to try again.
+func (o *Onboarding) takeSlot(ctx context.Context, chat telegram.Chat) (time.Time, bool) {
+	deadline := time.Now().Add(maxSlotWait)
+	for {
+		now := o.db.Now()
+		at, ok := o.limiter.Take(chat, now)
+		if ok {
+			return now, true
+		}
+		wait := at.Sub(now)
+		if time.Now().Add(wait).After(deadline) || !sleepCtx(ctx, wait) {
+			return at, false
+		}
 	}
 }
 
