@@ -223,10 +223,14 @@ func (r *exclusive) run(ctx context.Context, fn ExclusiveFunc) error {
 			}
 		default:
 			failing = false
+			var attrs []any
+			if prev.Owner != "" {
+				attrs = append(attrs, slog.String("previous_owner", prev.Owner))
+			}
 			if standingBy != "" {
-				r.log.Info("took over the lease from another process", slog.String("previous_owner", prev.Owner))
+				r.log.Info("took over the lease from another process", attrs...)
 			} else {
-				r.log.Info("lease taken", slog.String("previous_owner", prev.Owner))
+				r.log.Info("lease taken", attrs...)
 			}
 			standingBy = ""
 			ferr, lost := r.hold(ctx, prev, at, fn)
