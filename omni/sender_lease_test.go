@@ -20,14 +20,15 @@ import (
 // if both sent; the bot's sender lease keeps them to one sender at a time.
 // A third of the way the holder stops, and the other delivers the rest.
 //
-// The fake's slack is its default 100 ms: on a loaded machine a stalled
-// process lets two or three paced sends reach the fake within a few
-// milliseconds of each other, which says nothing about the lease.
+// The fake forgives 250 ms of timing jitter: on a loaded two-core machine
+// under -race its own goroutines stall now and then and serve a few paced
+// sends within a millisecond of each other, which says nothing about the
+// lease. The combined rate is checked over one and five seconds.
 func TestOutboundAsTwoProcesses(t *testing.T) {
 	t.Parallel()
 	const (
 		chats, perChat = 100, 3
-		slack          = 100 * time.Millisecond
+		slack          = 250 * time.Millisecond
 	)
 	limits := telegram.DefaultLimits()
 	p := newPlatform(t, platformOpts{
@@ -127,18 +128,20 @@ func TestOutboundAsTwoProcesses(t *testing.T) {
 		}
 	}
 
-	// The combined rate, every call counted, in any one-second window: the
-	// bot's 30, plus what the fake's slack lets through (its bucket of one
-	// goes up to slack into debt).
-	allowed := int(float64(limits.Bot.Rate)*(1+slack.Seconds())) + 1
-	if peak, at := peakPerSecond(calls); peak > allowed {
-		t.Errorf("%d sendMessage calls in the second from %s, want at most %d", peak, at.Format(time.StampMilli), allowed)
+	// The combined rate, every call counted, in any window of one and of
+	// five seconds: the bot's 30 a second, plus what the fake's slack lets
+	// through (its bucket of one goes up to slack into debt).
+	for _, window := range []time.Duration{time.Second, 5 * time.Second} {
+		allowed := int(float64(limits.Bot.Rate)*(window+slack).Seconds()) + 1
+		if peak, at := peakIn(calls, window); peak > allowed {
+			t.Errorf("%d sendMessage calls in the %s from %s, want at most %d", peak, window, at.Format(time.StampMilli), allowed)
+		}
 	}
 }
 
-// peakPerSecond is the most calls in any one-second window, and when that
+// peakIn is the most calls in any window of the given length, and when that
 // window began.
-func peakPerSecond(calls []fakebot.Call) (int, time.Time) {
+func peakIn(calls []fakebot.Call, window time.Duration) (int, time.Time) {
 	times := make([]time.Time, len(calls))
 	for i, c := range calls {
 		times[i] = c.At
@@ -146,7 +149,7 @@ func peakPerSecond(calls []fakebot.Call) (int, time.Time) {
 	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
 	peak, at, j := 0, time.Time{}, 0
 	for i := range times {
-		for times[i].Sub(times[j]) >= time.Second {
+		for times[i].Sub(times[j]) >= window {
 			j++
 		}
 		if n := i - j + 1; n > peak {
