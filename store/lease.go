@@ -121,7 +121,8 @@ type LeaseOpts struct {
 	// Name names the lease, e.g. "telegram:sender:<bot id>". Required.
 	Name string
 	// Owner names the runner in the lease row and the logs; NewOwnerID()
-	// when empty. Two runners that share an owner share the lease.
+	// when empty. It must be this runner's alone: a lease lets its own
+	// owner in again, so two runners with one owner would run together.
 	Owner string
 	// TTL is how long the lease outlives its last renewal: how long a
 	// standby waits for a holder that died without releasing it
@@ -150,9 +151,10 @@ type ExclusiveFunc func(ctx context.Context, prev Lease) error
 // released or expires; renews it while fn runs; cancels fn's context as soon
 // as the lease is lost or could not be renewed in time — before it expires,
 // so two holders never overlap while the holder's renewals keep trying —;
-// releases it when fn returns, so a standby takes over at once; and then
-// stands by again. It logs once when it finds the lease held by another
-// owner and once when it takes it.
+// releases it when fn returns, so that a standby takes over at its next look
+// (within a second) rather than at the expiry; and after a loss stands by
+// again. It logs once when it finds the lease held by another owner, once
+// when it takes it, and when it loses it.
 //
 // RunExclusive returns when ctx ends (nil while standing by; fn's error when
 // fn was running), or when fn returns by itself (not because the lease was
