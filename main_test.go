@@ -60,6 +60,7 @@ type process struct {
 	base   string
 	token  string
 	stdout strings.Builder
+	stderr syncLog // the logs
 	mu     sync.Mutex
 	done   chan error
 }
@@ -80,12 +81,12 @@ func startArgs(t *testing.T, args, env []string) *process {
 	t.Helper()
 	cmd := exec.Command(binary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = io.Discard
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &process{cmd: cmd, done: make(chan error, 1)}
+	cmd.Stderr = &p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

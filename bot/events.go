@@ -36,7 +36,9 @@
 //     the record to its fallback, the web notification (POST /bot/notification).
 //     The one duplicate left is a process dying after Telegram accepted a call
 //     and before its mark committed: the call is made again once the claim runs
-//     out — at least once there, never lost.
+//     out — at least once there, never lost. One process at a time sends
+//     for the bot (the lease telegram:sender:<bot id>), so processes on one
+//     database keep to the bot's rate limits together.
 //   - Per-user order: a user's events are handled in id order. A handler error
 //     rolls back that event alone, asks the backend to retry it and stops the
 //     user's group while other users go on; the backend holds the user's later

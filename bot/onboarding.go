@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
-	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 	"github.com/mymmrac/telego"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,7 +39,9 @@ const (
 )
 
 // Lease names and their time to live: the single-flight locks of the
-// consumer (the spec's Redlock key) and of the Telegram updates worker.
+// consumer (the spec's Redlock key) and of the Telegram updates worker. The
+// sender holds a third, telegram.SenderLeaseName of the bot's id, with the
+// same TTL.
 const (
 	OutboxLeaseName  = "onboarding:outbox"
 	UpdatesLeaseName = "onboarding:updates"
@@ -120,7 +121,8 @@ type OnboardingOpts struct {
 	// LongPollWait is how long one GET /bot/events/pending waits for an
 	// event. Default 10 s (well inside LeaseTTL).
 	LongPollWait time.Duration
-	// Instance names this process as a lease owner; default a random id.
+	// Instance names this process as a lease owner; default
+	// store.NewOwnerID() (hostname:pid:random).
 	Instance string
 }
 
@@ -223,7 +225,7 @@ func NewOnboarding(opts OnboardingOpts) (*Onboarding, error) {
 	}
 	opts.LongPollWait = min(opts.LongPollWait, LeaseTTL/2)
 	if opts.Instance == "" {
-		opts.Instance = "onboarding-" + uuid.NewString()
+		opts.Instance = store.NewOwnerID()
 	}
 	if opts.AuthLimiter == nil {
 		opts.AuthLimiter = authlimit.New(authlimit.Opts{Logger: opts.Logger})
@@ -256,7 +258,7 @@ func (o *Onboarding) Name() string { return "onboarding-bot" }
 // GET /bot/events/pending, with the 10 s gocron schedule as a safety net and
 // the lease onboarding:outbox as its single-flight lock), the daily prune at
 // midnight UTC, the Telegram updates worker (long polling or webhook) and
-// the sender. It returns once ctx is cancelled and the work in hand — a
+// the sender (under the bot's sender lease). It returns once ctx is cancelled and the work in hand — a
 // batch being handled and acked, updates being handled, calls being made —
 // has finished.
 func (o *Onboarding) Run(ctx context.Context) error {

@@ -43,6 +43,10 @@ type onbEnv struct {
 
 type onbEnvOpts struct {
 	manualClock bool
+	// fakeLimits, when set, makes the fake Bot API enforce them (429
+	// beyond), forgiving fakeSlack of timing jitter (100 ms when zero).
+	fakeLimits *telegram.Limits
+	fakeSlack  time.Duration
 }
 
 func newOnbEnv(t testing.TB, opts ...func(*onbEnvOpts)) *onbEnv {
@@ -65,7 +69,8 @@ func newOnbEnv(t testing.TB, opts ...func(*onbEnvOpts)) *onbEnv {
 	e.srv = httptest.NewServer(e.router)
 	t.Cleanup(e.srv.Close)
 	t.Cleanup(e.be.Shutdown) // runs first: ends the long-polls
-	e.fake = fakebot.New(fakebot.Opts{WebhookRetryMin: 20 * time.Millisecond, WebhookRetryMax: 200 * time.Millisecond})
+	e.fake = fakebot.New(fakebot.Opts{WebhookRetryMin: 20 * time.Millisecond, WebhookRetryMax: 200 * time.Millisecond,
+		Limits: o.fakeLimits, LimitSlack: o.fakeSlack, MaxCalls: 100_000})
 	fs := httptest.NewServer(e.fake)
 	t.Cleanup(fs.Close)
 	t.Cleanup(e.fake.Close)

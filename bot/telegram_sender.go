@@ -44,8 +44,10 @@ const (
 	claimTTL = 2 * telegram.DefaultRequestTimeout
 	// senderWorkers is how many calls one process makes at once (across chats).
 	senderWorkers = 8
-	// senderIdleCheck bounds the sender's sleep when nothing is due.
-	senderIdleCheck = 30 * time.Second
+	// senderIdleCheck bounds the sender's sleep when nothing is due: records
+	// committed by another process (whose consumer or updates worker may
+	// hold those leases while this one holds the sender's) wake no one here.
+	senderIdleCheck = time.Second
 	// maxSendBackoff caps the wait between retries of a retryable failure.
 	maxSendBackoff = 5 * time.Minute
 )
@@ -259,11 +261,34 @@ func (o *Onboarding) claimOutgoing(ctx context.Context, recs []Outgoing, now, un
 	return claimed, nil
 }
 
-// runSender makes the recorded calls until ctx ends, then waits for the calls
+// runSender makes the recorded calls while this process holds the bot's
+// sender lease (telegram.SenderLeaseName), until ctx ends: Telegram's limits
+// count per bot, and the limiter that keeps to them counts in this process
+// only, so one process at a time sends for the bot. The others stand by and
+// take over when the holder stops or dies.
+func (o *Onboarding) runSender(ctx context.Context) {
+	lease := store.LeaseOpts{
+		Name:   telegram.SenderLeaseName(o.botID),
+		Owner:  o.owner,
+		TTL:    LeaseTTL,
+		Logger: o.log.With(slog.String("role", "sender"), slog.Int64("bot_id", o.botID)),
+	}
+	_ = o.db.RunExclusive(ctx, lease, func(ctx context.Context, prev store.Lease) error {
+		if prev.Owner != "" {
+			// Another process sent for this bot until prev.ExpiresAt; its
+			// buckets were not ours.
+			o.limiter.Handover(o.botID, prev.ExpiresAt)
+		}
+		o.send(ctx)
+		return nil
+	})
+}
+
+// send makes the recorded calls until ctx ends, then waits for the calls
 // in flight. It wakes when records are committed (sendWake), when a call
 // finishes, when the next record comes due, and at least every
 // senderIdleCheck (records of other processes, expired claims).
-func (o *Onboarding) runSender(ctx context.Context) {
+func (o *Onboarding) send(ctx context.Context) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, senderWorkers)
 	defer wg.Wait()
@@ -434,8 +459,9 @@ func (o *Onboarding) deliverTelegram(ctx context.Context, r Outgoing) delivery {
 		if unreachable {
 			return unreachableDelivery(r, "the user is unreachable (blocked the bot or never started it)")
 		}
-	}
-	if r.Method == methodSendMessage {
+		// The limits' slot is booked right before the call (pace): booked
+		// when the record was claimed, the call would leave up to a commit
+		// later than the limiter counted it.
 		if at, ok := o.pace(ctx, o.chat(r.ChatID)); !ok {
 			return delivery{status: OutgoingPending, phase: phaseTelegram, retryAt: at, deferred: true}
 		}

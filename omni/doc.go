@@ -38,4 +38,10 @@
 //     the contact unreachable. A 429 reschedules the message at its
 //     retry_after and pauses only its chat (or, when several chats are
 //     throttled at once, the bot).
+//   - One process at a time sends for a bot: Outbound delivers only while it
+//     holds the bot's lease (telegram:sender:<bot id>), so any number of
+//     outbound processes on one database keep to one bot's rate limits
+//     together. The others stand by and take over when the holder stops
+//     (at once) or dies (within DefaultSenderLeaseTTL), pausing the bot
+//     until the holder's last sends have left the limits' windows.
 package omni

@@ -86,17 +86,18 @@ func (c *capturedSends) all() []SendCommand {
 	return append([]SendCommand(nil), c.cmds...)
 }
 
-// runWorker runs w until the test ends, and fails the test if Run returns
-// an error or does not return after cancellation.
+// runWorker runs w until the test ends or stop is called, and fails the
+// test if Run returns an error or does not return after cancellation. stop
+// returns once Run has.
 func runWorker(t testing.TB, w interface {
 	Name() string
 	Run(context.Context) error
-}) {
+}) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		cancel()
 		select {
 		case err := <-done:
@@ -107,6 +108,8 @@ func runWorker(t testing.TB, w interface {
 			t.Errorf("%s: Run did not return after cancellation", w.Name())
 		}
 	})
+	t.Cleanup(stop)
+	return stop
 }
 
 // waitSlack stretches every wait's deadline: CI runs all packages' tests at

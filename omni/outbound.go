@@ -33,9 +33,14 @@ type OutboundOpts struct {
 	HTTPClient *http.Client
 	// Limits are the token buckets sends wait for (telegram.DefaultLimits
 	// for zero fields): about 1 a second per chat, 20 a minute per group,
-	// 30 a second per bot. They live in this process: run one outbound
-	// process per bot.
+	// 30 a second per bot. They live in this process, so the role sends
+	// only while it holds the bot's lease (telegram.SenderLeaseName): any
+	// number of outbound processes may run, and one at a time sends.
 	Limits telegram.Limits
+	// LeaseTTL is the time to live of the bot's sender lease (default
+	// DefaultSenderLeaseTTL): how long the other processes wait for a
+	// holder that died before one takes over.
+	LeaseTTL time.Duration
 	// MaxAttempts is how many sends a message gets before it fails and is
 	// dead-lettered (default 8). A 429 counts as a send.
 	MaxAttempts int
@@ -63,11 +68,20 @@ type OutboundOpts struct {
 	Logger *slog.Logger
 }
 
+// DefaultSenderLeaseTTL is the outbound role's lease TTL. The holder renews
+// every third of it and stops sending when it could not for two thirds,
+// which leaves about 6.7 s for the sends in hand (a pacing wait of at most
+// MaxPacingWait, 3 s, then the call) to finish before anyone else may take
+// over; a holder that died is replaced within 20 s. A graceful stop hands
+// over at once.
+const DefaultSenderLeaseTTL = 20 * time.Second
+
 // Outbound is the omni_outbound role: it consumes sender.flow (and
 // sender.retry) and delivers each command through the Telegram Bot API,
 // keeping to the rate limits, retrying transient failures with backoff,
 // failing permanent ones, and recording every step in the message's status.
-// It holds no chat rules.
+// It holds no chat rules. It delivers only while it holds the bot's sender
+// lease, so that processes sharing a bot keep to one rate limit.
 type Outbound struct {
 	db      *store.DB
 	log     *slog.Logger
@@ -77,6 +91,7 @@ type Outbound struct {
 	botKey  string
 	limiter *telegram.Limiter
 	lane    *lane
+	owner   string // this role's name in the sender lease
 
 	// turn admits one sender at a time to wait for the bot's next slot.
 	turn        chan struct{}
@@ -110,6 +125,9 @@ func NewOutbound(opts OutboundOpts) *Outbound {
 	}
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 64
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = DefaultSenderLeaseTTL
 	}
 	if opts.BotPauseChats == 0 {
 		opts.BotPauseChats = 3
@@ -146,6 +164,7 @@ func NewOutbound(opts OutboundOpts) *Outbound {
 		botKey:      itoa(botID),
 		limiter:     limiter,
 		lane:        newLane(opts.DB, "sender", QueueSenderFlow, QueueSenderRetry, retry, opts.Logger),
+		owner:       store.NewOwnerID(),
 	}
 }
 
@@ -153,12 +172,29 @@ func NewOutbound(opts OutboundOpts) *Outbound {
 func (o *Outbound) Name() string { return "omni-outbound" }
 
 // Run consumes sender.flow and sender.retry until ctx is cancelled, then
-// returns once the sends in hand are finished and recorded.
+// returns once the sends in hand are finished and recorded. It consumes
+// only while it holds the bot's sender lease; while another process holds
+// it, Run stands by (and logs so once). When the lease is lost, the workers
+// stop as they do at the end: the sends in hand finish and are recorded,
+// and the other messages wait in their queues for the next holder.
 func (o *Outbound) Run(ctx context.Context) error {
-	return o.lane.run(ctx,
-		queue.WorkerOpts{Handler: o.handleFlow, Concurrency: o.opts.Concurrency, PollInterval: o.opts.PollInterval},
-		queue.WorkerOpts{Handler: o.handleRetry, Concurrency: o.opts.Concurrency, PollInterval: o.opts.PollInterval},
-	)
+	lease := store.LeaseOpts{
+		Name:   telegram.SenderLeaseName(o.botID),
+		Owner:  o.owner,
+		TTL:    o.opts.LeaseTTL,
+		Logger: o.log.With(slog.Int64("bot_id", o.botID)),
+	}
+	return o.db.RunExclusive(ctx, lease, func(ctx context.Context, prev store.Lease) error {
+		if prev.Owner != "" {
+			// Another process sent for this bot until prev.ExpiresAt; its
+			// buckets were not ours.
+			o.limiter.Handover(o.botID, prev.ExpiresAt)
+		}
+		return o.lane.run(ctx,
+			queue.WorkerOpts{Handler: o.handleFlow, Concurrency: o.opts.Concurrency, PollInterval: o.opts.PollInterval},
+			queue.WorkerOpts{Handler: o.handleRetry, Concurrency: o.opts.Concurrency, PollInterval: o.opts.PollInterval},
+		)
+	})
 }
 
 func (o *Outbound) handleFlow(ctx context.Context, m queue.Message) error {

@@ -29,6 +29,9 @@ type platform struct {
 	base  string // the app's HTTP server: webhook and admin API
 	admin *Admin
 	out   *Outbound
+	// apiURL is the fake Bot API's; stopOut stops out.
+	apiURL  string
+	stopOut func()
 }
 
 type platformOpts struct {
@@ -48,7 +51,7 @@ func newPlatform(t testing.TB, o platformOpts) *platform {
 	t.Helper()
 	fake, fakeURL := newFakeBotAPI(t, o.fake)
 	db := storetest.New(t)
-	p := &platform{db: db, fake: fake, bot: fake.Bot(inboxToken), admin: NewAdmin(AdminOpts{DB: db})}
+	p := &platform{db: db, fake: fake, bot: fake.Bot(inboxToken), admin: NewAdmin(AdminOpts{DB: db}), apiURL: fakeURL}
 
 	in := NewInbound(InboundOpts{DB: db, Token: inboxToken, WebhookSecret: testSecret})
 	o.chat.DB = db
@@ -78,7 +81,7 @@ func newPlatform(t testing.TB, o platformOpts) *platform {
 		t.Fatal(err)
 	}
 	runWorker(t, chat)
-	runWorker(t, p.out)
+	p.stopOut = runWorker(t, p.out)
 	return p
 }
 

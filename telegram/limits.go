@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -212,6 +213,33 @@ func (l *Limiter) PauseBot(bot int64, until time.Time) {
 	if bs := l.bot(bot); until.After(bs.pausedUntil) {
 		bs.pausedUntil = until
 	}
+}
+
+// SenderLeaseName is the lease (store.RunExclusive) a bot's sender holds
+// while it sends: Telegram's limits count per bot across every process that
+// sends with its token, and a Limiter counts in one process, so one process
+// at a time sends for a bot.
+func SenderLeaseName(bot int64) string { return "telegram:sender:" + strconv.FormatInt(bot, 10) }
+
+// Refill is how long the slowest of the limits takes to refill from empty
+// (burst over rate): 3 s with DefaultLimits, a group's interval.
+func (l Limits) Refill() time.Duration {
+	l = l.withDefaults()
+	var d time.Duration
+	for _, lim := range []Limit{l.Chat, l.Group, l.Bot} {
+		if lim.Rate != rate.Inf && lim.Rate > 0 {
+			d = max(d, time.Duration(float64(lim.Burst)/float64(lim.Rate)*float64(time.Second)))
+		}
+	}
+	return d
+}
+
+// Handover pauses bot until the buckets another process's limiter filled
+// have drained — until ended, when that process stopped sending for bot,
+// plus Refill — because this limiter never saw its sends. A sender calls it
+// when it takes over a bot from another process.
+func (l *Limiter) Handover(bot int64, ended time.Time) {
+	l.PauseBot(bot, ended.Add(l.limits.Refill()))
 }
 
 // monotonic keeps the limiter's notion of time from going backwards when

@@ -132,6 +132,31 @@ func TestLimiter(t *testing.T) {
 		}
 	})
 
+	t.Run("a handover pauses the bot until another process's buckets would have refilled", func(t *testing.T) {
+		t.Parallel()
+		if d := telegram.DefaultLimits().Refill(); d != 3*time.Second {
+			t.Fatalf("Refill of the default limits = %s, want a group's 3 s", d)
+		}
+		l := telegram.NewLimiter(telegram.Limits{})
+		ended := t0.Add(-time.Second) // the previous sender's last send
+		l.Handover(1, ended)
+		for _, c := range []telegram.Chat{{Bot: 1, ID: 100}, {Bot: 1, ID: -500}} {
+			if at, ok := l.Take(c, t0); ok || !at.Equal(ended.Add(3*time.Second)) {
+				t.Errorf("take to %+v during the handover = %s, %t; want refused until %s", c, at, ok, ended.Add(3*time.Second))
+			}
+		}
+		if _, ok := l.Take(telegram.Chat{Bot: 2, ID: 100}, t0); !ok {
+			t.Error("another bot was paused by the handover")
+		}
+		if _, ok := l.Take(telegram.Chat{Bot: 1, ID: 100}, ended.Add(3*time.Second)); !ok {
+			t.Error("refused once the handover was over")
+		}
+		l.Handover(1, t0.Add(-time.Hour)) // a sender that stopped long ago: no pause
+		if _, ok := l.Take(telegram.Chat{Bot: 1, ID: 101}, ended.Add(4*time.Second)); !ok {
+			t.Error("an old handover paused the bot")
+		}
+	})
+
 	t.Run("random traffic never beats the limits and a named time is always honoured", func(t *testing.T) {
 		t.Parallel()
 		rng := rand.New(rand.NewPCG(1, 2))
