@@ -1,50 +1,14 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"switchyard/store"
+	"switchyard/store/storetest"
 )
-
-// damageIndex overwrites the root page of an index of a closed database file
-// with garbage, as a bad disk or a torn copy would.
-func damageIndex(t *testing.T, path, index string) {
-	t.Helper()
-	db, err := store.Open(context.Background(), store.Options{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var root, pageSize int64
-	if err := db.Read.QueryRow(`select rootpage from sqlite_master where name = ?`, index).Scan(&root); err != nil {
-		t.Fatalf("root page of %s: %v", index, err)
-	}
-	if err := db.Read.QueryRow(`pragma page_size`).Scan(&pageSize); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Write.Exec(`pragma wal_checkpoint(truncate)`); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	garbage := make([]byte, pageSize)
-	for i := range garbage {
-		garbage[i] = byte(i*13 + 5)
-	}
-	if _, err := f.WriteAt(garbage, (root-1)*pageSize); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func TestDamagedDatabase(t *testing.T) {
 	t.Parallel()
@@ -65,7 +29,7 @@ func TestDamagedDatabase(t *testing.T) {
 	if out, err := exec.Command(binary(t), "migrate", "--db", bad).CombinedOutput(); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
-	damageIndex(t, bad, "idx_bot_event_outbox_processed_id")
+	storetest.DamageIndex(t, bad, "idx_bot_event_outbox_processed_id")
 
 	t.Run("check finds the damage and fails", func(t *testing.T) {
 		for _, args := range [][]string{{"check", "--db", bad}, {"check", "--quick", "--db", bad}} {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sort"
 	"strconv"
 	"testing"
 	"time"
@@ -121,28 +120,8 @@ func TestSenderAsTwoProcesses(t *testing.T) {
 	// bot's 30 a second plus what the fake's slack lets through.
 	for _, window := range []time.Duration{time.Second, 5 * time.Second} {
 		allowed := int(float64(limits.Bot.Rate)*(window+slack).Seconds()) + 1
-		if peak, at := peakIn(calls, window); peak > allowed {
+		if peak, at := fakebot.PeakCalls(calls, window); peak > allowed {
 			t.Errorf("%d sendMessage calls in the %s from %s, want at most %d", peak, window, at.Format(time.StampMilli), allowed)
 		}
 	}
-}
-
-// peakIn is the most calls in any window of the given length, and when that
-// window began.
-func peakIn(calls []fakebot.Call, window time.Duration) (int, time.Time) {
-	times := make([]time.Time, len(calls))
-	for i, c := range calls {
-		times[i] = c.At
-	}
-	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
-	peak, at, j := 0, time.Time{}, 0
-	for i := range times {
-		for times[i].Sub(times[j]) >= window {
-			j++
-		}
-		if n := i - j + 1; n > peak {
-			peak, at = n, times[j]
-		}
-	}
-	return peak, at
 }

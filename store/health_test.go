@@ -83,41 +83,6 @@ func TestEmptyFileRefused(t *testing.T) {
 	storetest.NewWith(t, store.Options{Path: filepath.Join(t.TempDir(), "new.db")})
 }
 
-// corruptIndex writes garbage over the root page of an index of a closed
-// database file, as a bad disk or a torn copy would.
-func corruptIndex(t *testing.T, path, index string) {
-	t.Helper()
-	db := storetest.NewWith(t, store.Options{Path: path})
-	var root, pageSize int64
-	if err := db.Read.QueryRow(`select rootpage from sqlite_master where name = ?`, index).Scan(&root); err != nil {
-		t.Fatalf("root page of %s: %v", index, err)
-	}
-	if err := db.Read.QueryRow(`pragma page_size`).Scan(&pageSize); err != nil {
-		t.Fatal(err)
-	}
-	// Checkpoint so the index lives in the main file, then close.
-	if _, err := db.Write.Exec(`pragma wal_checkpoint(truncate)`); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	garbage := make([]byte, pageSize)
-	for i := range garbage {
-		garbage[i] = byte(i*7 + 3)
-	}
-	if _, err := f.WriteAt(garbage, (root-1)*pageSize); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestCorruption(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -142,7 +107,7 @@ func TestCorruption(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	corruptIndex(t, path, "things_name")
+	storetest.DamageIndex(t, path, "things_name")
 
 	db, err := store.Open(ctx, store.Options{Path: path})
 	if err != nil {

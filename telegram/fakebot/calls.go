@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -118,4 +119,24 @@ func (s *Server) WaitCalls(ctx context.Context, method string, n int) ([]Call, e
 		return calls, fmt.Errorf("fakebot: %d of %d calls to %q: %w", len(calls), n, method, err)
 	}
 	return calls, nil
+}
+
+// PeakCalls is the most calls in any window of the given length, and when
+// that window began: what a test compares with Telegram's rate limits.
+func PeakCalls(calls []Call, window time.Duration) (int, time.Time) {
+	times := make([]time.Time, len(calls))
+	for i, c := range calls {
+		times[i] = c.At
+	}
+	slices.SortFunc(times, time.Time.Compare)
+	peak, at, j := 0, time.Time{}, 0
+	for i := range times {
+		for times[i].Sub(times[j]) >= window {
+			j++
+		}
+		if n := i - j + 1; n > peak {
+			peak, at = n, times[j]
+		}
+	}
+	return peak, at
 }
