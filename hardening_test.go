@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"switchyard/store/storetest"
-	"switchyard/telegram/fakebot"
 )
 
 // servedApp is the wired app behind serve's own listener and http.Server
@@ -138,7 +137,8 @@ func TestServeTimeouts(t *testing.T) {
 
 	t.Run("the sandbox's getUpdates answers after its full timeout", func(t *testing.T) {
 		t.Parallel()
-		req, _ := http.NewRequest(http.MethodPost, s.base+sandboxPath+"/bot"+fakebot.Token(sandboxOnboardingBotID)+"/getUpdates",
+		token := sandboxTokens(t, s.base, walkSecrets.AdminToken)["onboarding"]
+		req, _ := http.NewRequest(http.MethodPost, s.base+sandboxPath+"/bot"+token+"/getUpdates",
 			strings.NewReader(url.Values{"timeout": {"4"}}.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		longPoll(t, req)

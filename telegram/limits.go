@@ -219,7 +219,7 @@ func (l *Limiter) PauseBot(bot int64, until time.Time) {
 // while it sends: Telegram's limits count per bot across every process that
 // sends with its token, and a Limiter counts in one process, so one process
 // at a time sends for a bot.
-func SenderLeaseName(bot int64) string { return "telegram:sender:" + strconv.FormatInt(bot, 10) }
+func SenderLeaseName(bot int64) string { return "telegram:sender:bot" + strconv.FormatInt(bot, 10) }
 
 // Refill is how long the slowest of the limits takes to refill from empty
 // (burst over rate): 3 s with DefaultLimits, a group's interval.
