@@ -6,7 +6,10 @@ import (
 )
 
 // Metrics on the default registry. The label queue holds a queue's name or a
-// topic's name; group is the consumer group, empty for queues.
+// topic's name; group is the consumer group, empty for queues. A queue's or
+// topic's send series exist, at 0, from its declaration (New, NewTopic), its
+// consumer series from Start or Subscribe; the lag gauges from the first
+// time the group's owner reads them.
 var (
 	metricSent = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_queue_messages_sent_total",
@@ -46,3 +49,22 @@ var (
 		Help: "Age of the group's oldest unprocessed record, per partition; 0 when caught up.",
 	}, []string{"topic", "group", "partition"})
 )
+
+// declareQueueMetrics makes the series of a queue's or topic's sends exist
+// at 0 from its declaration on, so that an alert on them sees 0, not no
+// data.
+func declareQueueMetrics(name string, duplicates bool) {
+	metricSent.WithLabelValues(name)
+	if duplicates {
+		metricDuplicates.WithLabelValues(name)
+	}
+}
+
+// declareConsumerMetrics does the same for the consumer side: a queue's
+// workers (group "") or a topic's consumer group.
+func declareConsumerMetrics(name, group string) {
+	for _, v := range []*prometheus.CounterVec{metricReceived, metricSucceeded, metricRetried, metricDead} {
+		v.WithLabelValues(name, group)
+	}
+	metricDuration.WithLabelValues(name, group)
+}

@@ -101,6 +101,7 @@ func New(opts NewOpts) *Queue {
 	// the hot statements are prepared here too; parsing them per send cost
 	// about a seventh of the webhook path.
 	hub.stmts.prepare(context.Background(), opts.DB)
+	declareQueueMetrics(opts.Name, true)
 	return &Queue{
 		db:      opts.DB,
 		name:    opts.Name,

@@ -175,6 +175,7 @@ func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscriptio
 	if err := t.createGroup(ctx, opts.Group, opts.Start); err != nil {
 		return nil, err
 	}
+	declareConsumerMetrics(t.name, opts.Group)
 	hctx, cancel := context.WithCancel(ctx)
 	s := &Subscription{
 		t:        t,

@@ -111,6 +111,7 @@ func NewTopic(ctx context.Context, opts TopicOpts) (*Topic, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: declare topic %s: %w", opts.Name, err)
 	}
+	declareQueueMetrics(opts.Name, false)
 	return &Topic{
 		db:         db,
 		name:       opts.Name,

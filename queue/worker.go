@@ -85,6 +85,7 @@ func (q *Queue) Start(ctx context.Context, opts WorkerOpts) *Worker {
 		opts.PollInterval = DefaultPollInterval
 	}
 	hubFor(q.db).stmts.prepare(ctx, q.db)
+	declareConsumerMetrics(q.name, "")
 	hctx, cancel := context.WithCancel(ctx)
 	w := &Worker{
 		q:        q,
