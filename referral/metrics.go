@@ -5,6 +5,39 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
+// Label values. Every series an alert may read exists at 0 from the
+// consumer's start (declareMetrics), so a rate over it is 0, not "no data",
+// until the first event of its kind.
+const (
+	// typeOther is the type label of a record that is not one of consumedTypes.
+	typeOther = "other"
+
+	// Results of one record, the result label of consumedTotal and processingSeconds.
+	resultOK        = "ok"
+	resultDuplicate = "duplicate"
+	resultIgnored   = "ignored"
+	resultRetry     = "retry"
+	resultDead      = "dead"
+
+	// Why a record failed, the reason label of retriesTotal and deadLetteredTotal.
+	reasonBadPayload   = "bad-payload"
+	reasonOwnerMissing = string(OutcomeOwnerMissing)
+	reasonTransient    = "transient"
+
+	// What a replica write did, the result label of replicaUpsertsTotal.
+	replicaApplied = "applied"
+	replicaStale   = "stale"
+)
+
+var (
+	consumedTypes  = []string{string(TypeUserUpserted), string(TypeUserBlocked), typeOther}
+	consumeResults = []string{resultOK, resultDuplicate, resultIgnored, resultRetry, resultDead}
+	retryReasons   = []string{reasonOwnerMissing, reasonTransient} // a bad payload is never retried
+	deadReasons    = []string{reasonBadPayload, reasonOwnerMissing, reasonTransient}
+	replicaTypes   = []string{string(TypeUserUpserted), string(TypeUserBlocked)}
+	replicaResults = []string{replicaApplied, replicaStale}
+)
+
 // Metrics on the default registry.
 var (
 	processingSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
@@ -54,3 +87,31 @@ var (
 		Help: "Age of the oldest unfinished record of pin.identity.users.v1 in the referral-identity-users group (0 when caught up); alert above 300.",
 	})
 )
+
+// declareMetrics makes every series of the consumer's counters and
+// histograms exist at 0: each type by result, each duplicate type, each
+// retry and dead-letter reason, each replica write and each attach outcome
+// (R1, G1..G5, first-seen-skip, replica-only, invalid-slug, race-lost).
+func declareMetrics() {
+	for _, typ := range consumedTypes {
+		for _, res := range consumeResults {
+			consumedTotal.WithLabelValues(typ, res)
+			processingSeconds.WithLabelValues(typ, res)
+		}
+		duplicatesTotal.WithLabelValues(typ)
+	}
+	for _, r := range retryReasons {
+		retriesTotal.WithLabelValues(r)
+	}
+	for _, r := range deadReasons {
+		deadLetteredTotal.WithLabelValues(r)
+	}
+	for _, typ := range replicaTypes {
+		for _, res := range replicaResults {
+			replicaUpsertsTotal.WithLabelValues(typ, res)
+		}
+	}
+	for _, o := range attachOutcomes {
+		attachOutcomesTotal.WithLabelValues(string(o))
+	}
+}

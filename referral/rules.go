@@ -148,6 +148,15 @@ const (
 	OutcomeNoReplica     Outcome = "no-replica"
 )
 
+// attachOutcomes are the outcomes that end branch B of a user-upserted, the
+// values of the attach-outcomes counter. OutcomeOwnerMissing is a failure
+// (counted by reason when retried or dead-lettered); blocked, stale and
+// no-replica are user-blocked's.
+var attachOutcomes = []Outcome{
+	OutcomeR1, OutcomeG1, OutcomeG2, OutcomeG3, OutcomeG4, OutcomeG5,
+	OutcomeFirstSeenSkip, OutcomeReplicaOnly, OutcomeInvalidSlug, OutcomeRaceLost,
+}
+
 // attachFacts is what branch B reads before it decides.
 type attachFacts struct {
 	Event         UserUpserted

@@ -120,8 +120,10 @@ func (s *Service) Name() string { return "referral" }
 
 // Run consumes pin.identity.users.v1 as the consumer group until ctx is
 // cancelled, then stops taking records, lets the transactions in flight
-// commit and returns nil. It also keeps the lag gauges current.
+// commit and returns nil. It also keeps the lag gauges current, and first
+// makes every series of its counters exist at 0.
 func (s *Service) Run(ctx context.Context) error {
+	declareMetrics()
 	sub, err := s.users.Subscribe(context.WithoutCancel(ctx), queue.SubscribeOpts{
 		Group:        s.opts.Group,
 		Handler:      s.handle,
@@ -197,7 +199,7 @@ func (s *Service) handle(ctx context.Context, tx *sql.Tx, rec queue.Record) erro
 func (s *Service) observe(ctx context.Context, rec queue.Record, res result, err error, took time.Duration) {
 	typ := string(res.Type)
 	if res.Type != TypeUserUpserted && res.Type != TypeUserBlocked {
-		typ = "other"
+		typ = typeOther
 	}
 	log := s.log.With(
 		slog.String("message_id", res.MessageID),
@@ -205,7 +207,7 @@ func (s *Service) observe(ctx context.Context, rec queue.Record, res result, err
 		slog.String("correlation_id", res.CorrelationID),
 		slog.String("type", typ),
 	)
-	outcome := "ok"
+	outcome := resultOK
 	defer func() {
 		consumedTotal.WithLabelValues(typ, outcome).Inc()
 		processingSeconds.WithLabelValues(typ, outcome).Observe(took.Seconds())
@@ -216,22 +218,22 @@ func (s *Service) observe(ctx context.Context, rec queue.Record, res result, err
 	}
 
 	if err != nil {
-		reason := "transient"
+		reason := reasonTransient
 		switch {
 		case errors.Is(err, ErrBadPayload):
-			reason = "bad-payload"
+			reason = reasonBadPayload
 		case errors.Is(err, ErrOwnerReplicaMissing):
-			reason = string(OutcomeOwnerMissing)
+			reason = reasonOwnerMissing
 		}
-		outcome = "retry"
-		if reason == "bad-payload" || rec.Attempt >= s.opts.Retry.MaxAttempts {
-			outcome = "dead"
+		outcome = resultRetry
+		if reason == reasonBadPayload || rec.Attempt >= s.opts.Retry.MaxAttempts {
+			outcome = resultDead
 			deadLetteredTotal.WithLabelValues(reason).Inc()
 		} else {
 			retriesTotal.WithLabelValues(reason).Inc()
 		}
 		level := slog.LevelWarn
-		if outcome == "dead" {
+		if outcome == resultDead {
 			level = slog.LevelError
 		}
 		log.Log(ctx, level, "failed", slog.String("outcome", outcome), slog.String("reason", reason),
@@ -241,11 +243,11 @@ func (s *Service) observe(ctx context.Context, rec queue.Record, res result, err
 	}
 	switch {
 	case res.Ignored:
-		outcome = "ignored"
+		outcome = resultIgnored
 		log.DebugContext(ctx, "ignored message type")
 		return
 	case res.Duplicate:
-		outcome = "duplicate"
+		outcome = resultDuplicate
 		duplicatesTotal.WithLabelValues(typ).Inc()
 		log.InfoContext(ctx, "skipped-duplicate", slog.String("outcome", outcome))
 		return
@@ -256,14 +258,14 @@ func (s *Service) observe(ctx context.Context, rec queue.Record, res result, err
 		case OutcomeNoReplica:
 			log.WarnContext(ctx, "user-blocked for a user without replica; no-op", slog.String("outcome", string(res.Outcome)))
 		default:
-			replicaUpsertsTotal.WithLabelValues(typ, map[bool]string{true: "applied", false: "stale"}[res.ReplicaApplied]).Inc()
+			replicaUpsertsTotal.WithLabelValues(typ, replicaResult(res.ReplicaApplied)).Inc()
 			log.InfoContext(ctx, "replica-upserted", slog.String("outcome", string(res.Outcome)),
 				slog.Bool("applied", res.ReplicaApplied), slog.Int64("replica_version", res.ReplicaVersion))
 		}
 		return
 	}
 
-	replicaUpsertsTotal.WithLabelValues(typ, map[bool]string{true: "applied", false: "stale"}[res.ReplicaApplied]).Inc()
+	replicaUpsertsTotal.WithLabelValues(typ, replicaResult(res.ReplicaApplied)).Inc()
 	log.InfoContext(ctx, "replica-upserted", slog.Bool("applied", res.ReplicaApplied),
 		slog.Int64("replica_version", res.ReplicaVersion), slog.String("registered_via", res.RegisteredVia),
 		slog.String("phone", res.Phone))
@@ -287,4 +289,12 @@ func (s *Service) observe(ctx context.Context, rec queue.Record, res result, err
 	default:
 		log.InfoContext(ctx, "attach-outcome", attrs...)
 	}
+}
+
+// replicaResult is the result label of a replica write.
+func replicaResult(applied bool) string {
+	if applied {
+		return replicaApplied
+	}
+	return replicaStale
 }
