@@ -65,6 +65,7 @@ func NewChat(opts ChatOpts) *Chat {
 		lane: newLane(opts.DB, "receiver", QueueReceiverFlow, QueueReceiverRetry, opts.Retry, opts.Logger),
 	}
 	c.domain = newChatDomain(opts.DB, autoAckDefault(opts.AutoAckText, opts.DisableAutoAck))
+	declareChatMetrics()
 	return c
 }
 
@@ -130,7 +131,7 @@ func decodeEnvelope(body []byte) (*Envelope, error) {
 func (c *Chat) handleFlow(ctx context.Context, m queue.Message) error {
 	env, err := decodeEnvelope(m.Body)
 	if err != nil {
-		metricChatEvents.WithLabelValues("invalid", "dead").Inc()
+		metricChatEvents.WithLabelValues(eventInvalid, chatDead).Inc()
 		return err
 	}
 	key := OrderingKey(env)
@@ -163,7 +164,7 @@ func (c *Chat) handleFlow(ctx context.Context, m queue.Message) error {
 	}); moveErr != nil {
 		return errors.Join(err, moveErr)
 	}
-	metricChatEvents.WithLabelValues(string(env.EventType), "retry").Inc()
+	metricChatEvents.WithLabelValues(string(env.EventType), chatRetry).Inc()
 	c.log.Warn("envelope not applied; moved to "+QueueReceiverRetry, slog.String("event_id", env.IdempotencyKey),
 		slog.String("outcome", "retry"), slog.Any("err", err))
 	return nil
@@ -175,7 +176,7 @@ func (c *Chat) handleFlow(ctx context.Context, m queue.Message) error {
 func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
 	env, err := decodeEnvelope(m.Body)
 	if err != nil {
-		metricChatEvents.WithLabelValues("invalid", "dead").Inc()
+		metricChatEvents.WithLabelValues(eventInvalid, chatDead).Inc()
 		return err
 	}
 	var res applied
@@ -197,7 +198,7 @@ func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
 		}); unparkErr != nil {
 			return errors.Join(err, unparkErr)
 		}
-		metricChatEvents.WithLabelValues(string(env.EventType), "dead").Inc()
+		metricChatEvents.WithLabelValues(string(env.EventType), chatDead).Inc()
 		c.log.Error("envelope dead-lettered", slog.String("event_id", env.IdempotencyKey),
 			slog.Int("attempt", m.Attempt), slog.String("outcome", "dead"), slog.Any("err", err))
 		return queue.Permanent(err)

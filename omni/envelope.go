@@ -58,6 +58,13 @@ const (
 	EventUnknown EventType = "unknown"
 )
 
+// eventTypes lists every EventType, the values of the chat events counter's
+// event_type label.
+var eventTypes = []EventType{
+	EventMessageCreated, EventMessageEdited, EventMessageDeleted, EventConnectionUpdated,
+	EventMembershipUpdated, EventCallbackReceived, EventUnknown,
+}
+
 // Envelope is the universal inbound event, version 1: what omni_inbound puts
 // on receiver.flow and omni_chat reads from it. Its JSON form is the contract
 // published as docs/contracts/omni-inbound-envelope.v1.json.

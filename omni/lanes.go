@@ -45,6 +45,7 @@ func newLane(db *store.DB, name, flow, retry string, policy queue.RetryPolicy, l
 	if policy.MaxAttempts <= 0 {
 		policy.MaxAttempts = queue.DefaultMaxAttempts
 	}
+	metricLaneMoves.WithLabelValues(name) // at 0 until the first move
 	return &lane{
 		name:   name,
 		db:     db,

@@ -153,6 +153,7 @@ func NewOutbound(opts OutboundOpts) *Outbound {
 	if r := limiter.Limits().Bot.Rate; r != rate.Inf && r > 0 {
 		botInterval = time.Duration(float64(time.Second)/float64(r)) + pacingSlack
 	}
+	declareOutboundMetrics()
 	return &Outbound{
 		turn:        make(chan struct{}, 1),
 		botInterval: botInterval,
@@ -234,7 +235,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 		return err
 	}
 	if st.Status == StatusSent {
-		metricOutboundSends.WithLabelValues("duplicate").Inc()
+		metricOutboundSends.WithLabelValues(sendDuplicate).Inc()
 		return o.db.Tx(ctx, func(tx *sql.Tx) error { return o.lane.unparkTx(ctx, tx, key) })
 	}
 
@@ -245,13 +246,13 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 			return err
 		}
 		if parked {
-			metricOutboundSends.WithLabelValues("deferred").Inc()
+			metricOutboundSends.WithLabelValues(sendDeferred).Inc()
 			return o.db.Tx(ctx, func(tx *sql.Tx) error { return o.lane.escalateTx(ctx, tx, m.Body, key, orderKey, 0) })
 		}
 	}
 
 	if reason := decideRefusal(cmd, st, o.botKey); reason != nil {
-		metricOutboundSends.WithLabelValues("refused").Inc()
+		metricOutboundSends.WithLabelValues(sendRefused).Inc()
 		log.Warn("send refused before calling Telegram", slog.String("outcome", "failed"), slog.String("reason", reason.Error()))
 		if err := o.fail(ctx, cmd.MessageID, key, reason.Error(), false); err != nil {
 			return err
@@ -262,7 +263,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 	chat := telegram.Chat{Bot: o.botID, ID: chatID}
 	now := o.db.Now()
 	if at := o.limiter.When(chat, now); at.Sub(now) > o.opts.MaxPacingWait {
-		metricOutboundSends.WithLabelValues("rate_limited").Inc()
+		metricOutboundSends.WithLabelValues(sendRateLimited).Inc()
 		return queue.RetryAfter(at.Sub(now), errPacing)
 	}
 
@@ -276,7 +277,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 	if !o.pace(ctx, chat) {
 		// The token did not come in time (many chats at once): wait in
 		// the queue instead.
-		metricOutboundSends.WithLabelValues("rate_limited").Inc()
+		metricOutboundSends.WithLabelValues(sendRateLimited).Inc()
 		wait := max(o.limiter.When(chat, o.db.Now()).Sub(o.db.Now()), 10*time.Millisecond)
 		if err := o.retrying(ctx, cmd.MessageID, "", o.db.Now().Add(wait), errPacing.Error(), ""); err != nil {
 			return err
@@ -292,7 +293,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 	})
 	metricOutboundDuration.Observe(time.Since(start).Seconds())
 	if err == nil {
-		metricOutboundSends.WithLabelValues("sent").Inc()
+		metricOutboundSends.WithLabelValues(sendSent).Inc()
 		return o.markSent(ctx, cmd.MessageID, key, strconv.Itoa(sent.MessageID))
 	}
 	if ctx.Err() != nil {
@@ -305,7 +306,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 	now = o.db.Now()
 	switch d.Action {
 	case actionRetryAfter:
-		metricOutboundSends.WithLabelValues("rate_limited").Inc()
+		metricOutboundSends.WithLabelValues(sendRateLimited).Inc()
 		o.pause(chat, now.Add(d.Delay))
 		log.Warn("telegram asked to slow down; rescheduled", slog.String("outcome", "retry_after"), slog.Duration("retry_after", d.Delay))
 		if err := o.retrying(ctx, cmd.MessageID, "", now.Add(d.Delay), d.Reason, ""); err != nil {
@@ -313,7 +314,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 		}
 		return queue.RetryAfter(d.Delay, f.Err)
 	case actionRetry:
-		metricOutboundSends.WithLabelValues("retry").Inc()
+		metricOutboundSends.WithLabelValues(sendRetry).Inc()
 		log.Warn("send failed; will retry", slog.String("outcome", "retry"), slog.Int("attempt", attempts),
 			slog.Duration("backoff", d.Delay), slog.String("reason", d.Reason))
 		if inRetry {
@@ -330,7 +331,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 			return o.lane.escalateTx(ctx, tx, m.Body, key, orderKey, d.Delay)
 		})
 	default:
-		metricOutboundSends.WithLabelValues("failed").Inc()
+		metricOutboundSends.WithLabelValues(sendFailed).Inc()
 		log.Warn("send failed for good", slog.String("outcome", "failed"), slog.Int("attempt", attempts), slog.String("reason", d.Reason))
 		if err := o.fail(ctx, cmd.MessageID, key, d.Reason, d.Unreachable); err != nil {
 			return err
