@@ -293,11 +293,11 @@ func (o *Onboarding) afterBatch(ctx context.Context, events []Event, res batchRe
 			slog.String("user_id", ev.UserKey())}
 		switch r, fresh := res.results[ev.ID]; {
 		case retry[ev.ID]:
-			metricEventsHandled.WithLabelValues(string(ev.EventType), "retry").Inc()
+			metricEventsHandled.WithLabelValues(string(ev.EventType), outcomeRetry).Inc()
 			o.log.LogAttrs(ctx, slog.LevelWarn, "outbox event failed; retried by the backend",
-				append(attrs, slog.String("outcome", "retry"), slog.String("err", res.errors[strconv.FormatInt(int64(ev.ID), 10)]))...)
+				append(attrs, slog.String("outcome", outcomeRetry), slog.String("err", res.errors[strconv.FormatInt(int64(ev.ID), 10)]))...)
 		case fresh:
-			metricEventsHandled.WithLabelValues(string(ev.EventType), "handled").Inc()
+			metricEventsHandled.WithLabelValues(string(ev.EventType), outcomeHandled).Inc()
 			metricEventLatency.Observe(now.Sub(ev.CreatedAt).Seconds())
 			o.log.LogAttrs(ctx, slog.LevelDebug, "outbox event handled", append(attrs, slog.String("outcome", r.Outcome))...)
 			if r.LeftLeader {
@@ -309,8 +309,8 @@ func (o *Onboarding) afterBatch(ctx context.Context, events []Event, res batchRe
 				o.log.LogAttrs(ctx, slog.LevelWarn, "outbox event of a type this bot does not know; acked without effect", attrs...)
 			}
 		case processed[ev.ID]:
-			metricEventsHandled.WithLabelValues(string(ev.EventType), "duplicate").Inc()
-			o.log.LogAttrs(ctx, slog.LevelDebug, "outbox event was handled before; acked again", append(attrs, slog.String("outcome", "duplicate"))...)
+			metricEventsHandled.WithLabelValues(string(ev.EventType), outcomeDuplicate).Inc()
+			o.log.LogAttrs(ctx, slog.LevelDebug, "outbox event was handled before; acked again", append(attrs, slog.String("outcome", outcomeDuplicate))...)
 		}
 	}
 }

@@ -72,6 +72,33 @@ var (
 	})
 )
 
+// outcomeDuplicate: an outbox event handled before, acked again.
+const outcomeDuplicate = "duplicate"
+
+// Label values of the onboarding bot's counters, whose series exist at 0
+// from NewOnboarding on (declareMetrics): the outcomes of an outbox event,
+// the Telegram methods the sender calls and the outcomes of one call.
+var (
+	eventOutcomes    = []string{outcomeHandled, outcomeDuplicate, outcomeRetry}
+	outgoingMethods  = []string{methodSendMessage, methodEditReplyMarkup, methodAnswerCallback}
+	deliveryOutcomes = []string{OutgoingSent, outcomeRetry, phaseFallback, OutgoingNotified, OutgoingFailed}
+)
+
+// declareMetrics makes the series of the events-handled and messages
+// counters exist at 0, so an alert on them sees 0, not "no data".
+func declareMetrics() {
+	for _, t := range EventTypes {
+		for _, o := range eventOutcomes {
+			metricEventsHandled.WithLabelValues(string(t), o)
+		}
+	}
+	for _, m := range outgoingMethods {
+		for _, o := range deliveryOutcomes {
+			metricMessages.WithLabelValues(m, o)
+		}
+	}
+}
+
 // OnboardingOpts configure NewOnboarding. Zero values get defaults.
 type OnboardingOpts struct {
 	// DB holds the bot's own tables (migration 00005). Required.
@@ -230,6 +257,7 @@ func NewOnboarding(opts OnboardingOpts) (*Onboarding, error) {
 	if opts.AuthLimiter == nil {
 		opts.AuthLimiter = authlimit.New(authlimit.Opts{Logger: opts.Logger})
 	}
+	declareMetrics()
 	return &Onboarding{
 		db:            opts.DB,
 		log:           opts.Logger,

@@ -30,7 +30,7 @@ var (
 		Help: "Outbox events changed by an ack, by outcome (processed, retry, dead_letter, closed).",
 	}, []string{"outcome"})
 	metricWaiters = promauto.NewGauge(prometheus.GaugeOpts{
-		Name: "switchyard_bot_outbox_pending_waiters",
+		Name: "switchyard_bot_outbox_long_polling_requests",
 		Help: "GET /bot/events/pending requests long-polling right now.",
 	})
 )
@@ -42,6 +42,9 @@ const (
 	outcomeDeadLetter = "dead_letter"
 	outcomeClosed     = "closed"
 )
+
+// ackOutcomes lists the ack outcomes, whose series exist at 0 from NewOutbox on.
+var ackOutcomes = []string{outcomeProcessed, outcomeRetry, outcomeDeadLetter, outcomeClosed}
 
 // maxErrorText caps a stored last_error.
 const maxErrorText = 2000
@@ -84,6 +87,13 @@ func NewOutbox(opts OutboxOpts) *Outbox {
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = time.Second
+	}
+	// An alert on emits or acks sees 0, not "no data", before the first one.
+	for _, t := range EventTypes {
+		metricEmitted.WithLabelValues(string(t))
+	}
+	for _, o := range ackOutcomes {
+		metricAcked.WithLabelValues(o)
 	}
 	return &Outbox{db: opts.DB, log: opts.Logger, poll: opts.PollInterval, stopping: make(chan struct{})}
 }

@@ -439,12 +439,14 @@ func (o *Onboarding) deliver(ctx context.Context, r Outgoing) {
 		slog.String("outcome", deliveryOutcome(d)), slog.String("error", d.err))
 }
 
+// deliveryOutcome is one attempt's outcome label and log value, one of
+// deliveryOutcomes.
 func deliveryOutcome(d delivery) string {
 	switch {
 	case d.status == OutgoingPending && d.phase == phaseFallback:
-		return "fallback"
+		return phaseFallback
 	case d.status == OutgoingPending:
-		return "retry"
+		return outcomeRetry
 	}
 	return d.status
 }
