@@ -71,6 +71,17 @@ var deferrals = promauto.NewCounterVec(prometheus.CounterOpts{
 	Help: "Sends the Telegram rate limiter deferred, by the limit that held them back (chat, group, bot, pause).",
 }, []string{"scope"})
 
+// The limits that can hold a send back, the values of the deferrals
+// counter's scope label; their series exist at 0 from NewLimiter on.
+const (
+	scopeChat  = "chat"
+	scopeGroup = "group"
+	scopeBot   = "bot"
+	scopePause = "pause" // a 429's retry_after
+)
+
+var scopes = []string{scopeChat, scopeGroup, scopeBot, scopePause}
+
 // Limiter answers "when may this bot send to this chat" without sleeping, so
 // callers reschedule work instead of blocking a worker, and keeps the pauses
 // a 429's retry_after imposes on one chat or one bot. It is safe for
@@ -98,6 +109,9 @@ type botState struct {
 
 // NewLimiter returns a limiter with limits (zero fields take defaults).
 func NewLimiter(limits Limits) *Limiter {
+	for _, s := range scopes {
+		deferrals.WithLabelValues(s)
+	}
 	return &Limiter{
 		limits: limits.withDefaults(),
 		chats:  make(map[Chat]*chatState),
@@ -171,7 +185,7 @@ func (l *Limiter) Reserve(c Chat, now time.Time, ahead time.Duration) (time.Time
 		l.sweep(now)
 	}
 	at, scope := l.when(c, now)
-	if at.Sub(now) > ahead || (scope != "bot" && at.Sub(now) > reserveSlack) {
+	if at.Sub(now) > ahead || (scope != scopeBot && at.Sub(now) > reserveSlack) {
 		deferrals.WithLabelValues(scope).Inc()
 		return at, false
 	}
@@ -266,13 +280,13 @@ func (l *Limiter) when(c Chat, now time.Time) (time.Time, string) {
 		if cs.slot.After(from) {
 			from = cs.slot // a reserved message goes then; the chat's limits count from it
 		}
-		later(cs.pausedUntil, "pause")
-		later(ready(cs.chat, from), "chat")
-		later(ready(cs.group, from), "group")
+		later(cs.pausedUntil, scopePause)
+		later(ready(cs.chat, from), scopeChat)
+		later(ready(cs.group, from), scopeGroup)
 	}
 	if bs := l.bots[c.Bot]; bs != nil {
-		later(bs.pausedUntil, "pause")
-		later(ready(bs.bot, now), "bot")
+		later(bs.pausedUntil, scopePause)
+		later(ready(bs.bot, now), scopeBot)
 	}
 	return at, scope
 }
