@@ -184,6 +184,16 @@ func (l *Limiter) Check(r *http.Request, surface string, right func() bool) (Ver
 	return Refused, 0
 }
 
+// Declare makes the failure and throttle counters of each surface exist at
+// 0, so an alert on them sees 0, not "no data", before the first failure.
+// Call it where the surface's check is set up, with the names Check gets.
+func (l *Limiter) Declare(surfaces ...string) {
+	for _, s := range surfaces {
+		metricFailures.WithLabelValues(s)
+		metricThrottled.WithLabelValues(s)
+	}
+}
+
 // Wait is how long r's client must still wait before an attempt of its is
 // checked; zero when it may try now.
 func (l *Limiter) Wait(r *http.Request) time.Duration {

@@ -6,12 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"switchyard/authlimit"
+	"switchyard/metrictest"
 )
 
 // clock is a manual clock for the limiter.
@@ -278,4 +280,21 @@ func BenchmarkCheck(b *testing.B) {
 			lim.Check(r, "bench", func() bool { return true })
 		}
 	})
+}
+
+// TestDeclare: a declared surface's failure and throttle counters exist at
+// 0 before its first failure, so an alert on them sees 0, not "no data".
+func TestDeclare(t *testing.T) {
+	surface := "declared-" + t.Name()
+	for _, m := range []string{"switchyard_auth_failures_total", "switchyard_auth_throttled_total"} {
+		if slices.Contains(metrictest.LabelValues(t, m, "surface"), surface) {
+			t.Fatalf("%s has a %s series before Declare", m, surface)
+		}
+	}
+	authlimit.New(authlimit.Opts{}).Declare(surface)
+	for _, m := range []string{"switchyard_auth_failures_total", "switchyard_auth_throttled_total"} {
+		if !slices.Contains(metrictest.LabelValues(t, m, "surface"), surface) {
+			t.Errorf("%s has no %s series after Declare", m, surface)
+		}
+	}
 }

@@ -79,6 +79,7 @@ func BotAuthGuard(secret string, limiter *authlimit.Limiter) func(http.Handler) 
 	if limiter == nil {
 		limiter = authlimit.New(authlimit.Opts{})
 	}
+	limiter.Declare(surfaceBotAPI)
 	want := []byte(secret)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

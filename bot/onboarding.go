@@ -75,6 +75,9 @@ var (
 // outcomeDuplicate: an outbox event handled before, acked again.
 const outcomeDuplicate = "duplicate"
 
+// surfaceBotWebhook names POST /webhooks/bot's secret check in authlimit.
+const surfaceBotWebhook = "bot-webhook"
+
 // Label values of the onboarding bot's counters, whose series exist at 0
 // from NewOnboarding on (declareMetrics): the outcomes of an outbox event,
 // the Telegram methods the sender calls and the outcomes of one call.
@@ -257,6 +260,7 @@ func NewOnboarding(opts OnboardingOpts) (*Onboarding, error) {
 	if opts.AuthLimiter == nil {
 		opts.AuthLimiter = authlimit.New(authlimit.Opts{Logger: opts.Logger})
 	}
+	opts.AuthLimiter.Declare(surfaceBotWebhook)
 	declareMetrics()
 	return &Onboarding{
 		db:            opts.DB,

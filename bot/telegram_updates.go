@@ -140,7 +140,7 @@ func (o *Onboarding) handleWebhook(w http.ResponseWriter, r *http.Request) error
 	if len(got) == 0 {
 		return httpjson.Unauthorized()
 	}
-	switch v, wait := o.authLimit.Check(r, "bot-webhook", func() bool {
+	switch v, wait := o.authLimit.Check(r, surfaceBotWebhook, func() bool {
 		return len(o.webhookSecret) != 0 && len(got) == len(o.webhookSecret) && subtle.ConstantTimeCompare(got, o.webhookSecret) == 1
 	}); v {
 	case authlimit.Throttled:

@@ -87,6 +87,7 @@ func NewInbound(opts InboundOpts) *Inbound {
 	if opts.AuthLimiter == nil {
 		opts.AuthLimiter = authlimit.New(authlimit.Opts{Logger: opts.Logger})
 	}
+	opts.AuthLimiter.Declare(surfaceWebhook)
 	return &Inbound{
 		db:      opts.DB,
 		log:     opts.Logger.With(slog.String("role", "inbound")),
@@ -114,7 +115,7 @@ func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 	secret := r.Header.Get(WebhookSecretHeader)
 	v, wait := authlimit.Refused, time.Duration(0)
 	if secret != "" {
-		v, wait = in.limiter.Check(r, "omni-webhook", func() bool {
+		v, wait = in.limiter.Check(r, surfaceWebhook, func() bool {
 			// Hashing first makes the comparison's time independent of the length too.
 			given := sha256.Sum256([]byte(secret))
 			return subtle.ConstantTimeCompare(given[:], in.hashed[:]) == 1

@@ -1,5 +1,8 @@
 package omni
 
+// surfaceWebhook names POST /webhooks/telegram's secret check in authlimit.
+const surfaceWebhook = "omni-webhook"
+
 // Label values of the chat role's and the outbound role's counters, each in
 // the list its role declares at start (declareChatMetrics,
 // declareOutboundMetrics), so an alert sees 0, not "no data", until the

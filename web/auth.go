@@ -49,6 +49,7 @@ type auth struct {
 }
 
 func newAuth(db *store.DB, token string, limiter *authlimit.Limiter) *auth {
+	limiter.Declare(surfaceLogin, surfaceAdminAPI)
 	fp := sha256.Sum256([]byte("switchyard admin session token\x00" + token))
 	return &auth{db: db, tokenHash: sha256.Sum256([]byte(token)), tokenFP: hex.EncodeToString(fp[:]), limiter: limiter}
 }
