@@ -366,11 +366,6 @@ func normalizeMessage(env *Envelope, kind string, raw json.RawMessage, t EventTy
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return err
 	}
-	// The message's own keys tell its content.
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return err
-	}
 	if m.Chat.ID == 0 || m.Chat.Type == "" {
 		return unusable(kind + " has no chat")
 	}
@@ -390,13 +385,17 @@ func normalizeMessage(env *Envelope, kind string, raw json.RawMessage, t EventTy
 	if m.From != nil {
 		n.Sender = personOf(m.From)
 	}
-	msg := &Message{ID: id, Date: env.OccurredAt, SentByBusinessBot: m.SenderBusinessBot != nil}
-	msg.Kind, msg.Media, msg.Service = contentOf(fields, m.Text != "")
-	switch msg.Kind {
-	case KindText:
-		msg.Text = m.Text
-	case KindMedia:
-		msg.Text = m.Caption
+	msg := &Message{ID: id, Date: env.OccurredAt, SentByBusinessBot: m.SenderBusinessBot != nil, Kind: KindText, Text: m.Text}
+	if m.Text == "" {
+		// The message's own keys tell its content.
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &fields); err != nil {
+			return err
+		}
+		msg.Kind, msg.Media, msg.Service = contentOf(fields)
+		if msg.Kind == KindMedia {
+			msg.Text = m.Caption
+		}
 	}
 	if t == EventMessageEdited {
 		edited := unixOr(m.EditDate, env.ReceivedAt)
@@ -407,10 +406,10 @@ func normalizeMessage(env *Envelope, kind string, raw json.RawMessage, t EventTy
 	return nil
 }
 
-// contentOf classifies a message by the Bot API field that holds its
-// content: a media field, text, or a service field. A message with none of
-// them holds a content type newer than this build: media "unknown".
-func contentOf(fields map[string]json.RawMessage, hasText bool) (kind MessageKind, media, service string) {
+// contentOf classifies a message without text by the Bot API field that
+// holds its content: a media field, else a service field. A message with
+// none of them holds a content type newer than this build: media "unknown".
+func contentOf(fields map[string]json.RawMessage) (kind MessageKind, media, service string) {
 	present := func(f string) bool {
 		v, ok := fields[f]
 		return ok && !bytes.Equal(v, []byte("null")) && !bytes.Equal(v, []byte("false"))
@@ -419,9 +418,6 @@ func contentOf(fields map[string]json.RawMessage, hasText bool) (kind MessageKin
 		if present(f) {
 			return KindMedia, f, ""
 		}
-	}
-	if hasText {
-		return KindText, "", ""
 	}
 	for _, f := range serviceFields {
 		if present(f) {
