@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"switchyard/authlimit"
+	"switchyard/omni"
 )
 
 // allRoles are the workers one process can run; the admin API, console,
@@ -48,6 +49,9 @@ type config struct {
 	BotUpdates     string
 	BotUsername    string
 	BackendURL     string
+	// OmniGroupChats is what the chat role does with group, supergroup and
+	// channel chats (omni.GroupChats).
+	OmniGroupChats omni.GroupChats
 
 	// Secrets come from the environment only (flags show up in ps), or are
 	// generated on first start and kept in the database.
@@ -155,6 +159,14 @@ func (c *config) options(scope string) []option {
 			return nil
 		}},
 		option{"bot-username", "BOT_TELEGRAM_USERNAME", "", "the onboarding bot's @username for t.me deep links (default: the sandbox bot's)", str(&c.BotUsername)},
+		option{"omni-group-chats", "OMNI_GROUP_CHATS", "ignore", "group, supergroup and channel chats of the business-inbox bot: ignore (stored as ignored, no thread) or thread (a thread each, never auto-acknowledged)", func(v string) error {
+			g, err := omni.ParseGroupChats(v)
+			if err != nil {
+				return fmt.Errorf("must be ignore or thread")
+			}
+			c.OmniGroupChats = g
+			return nil
+		}},
 		option{"backend-url", "SWITCHYARD_BACKEND_URL", "", "base URL of the /bot/* contract the bot calls (default: this process)", str(&c.BackendURL)},
 		option{"sandbox-public", "SWITCHYARD_SANDBOX_PUBLIC", "false", "serve the sandbox Bot API on a non-loopback --addr (refused otherwise while a bot has no token)", func(v string) error {
 			b, err := strconv.ParseBool(v)

@@ -191,7 +191,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 		}})
 	}
 	if cfg.has("chat") {
-		a.workers = append(a.workers, omni.NewChat(omni.ChatOpts{DB: db, Logger: omniLog}))
+		a.workers = append(a.workers, omni.NewChat(omni.ChatOpts{DB: db, Logger: omniLog, GroupChats: cfg.OmniGroupChats}))
 	}
 	if cfg.has("outbound") {
 		a.workers = append(a.workers, omni.NewOutbound(omni.OutboundOpts{DB: db, Token: omniToken, APIURL: omniAPI, Logger: omniLog}))

@@ -64,7 +64,7 @@ var (
 	}, []string{"method", "outcome"})
 	metricUpdates = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_bot_onboarding_updates_total",
-		Help: "Telegram updates of the onboarding bot, by kind and outcome (received, handled, retry, failed).",
+		Help: "Telegram updates of the onboarding bot, by kind and outcome (received, duplicate, handled, retry, failed).",
 	}, []string{"kind", "outcome"})
 	metricLeaderSwitches = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "switchyard_bot_onboarding_leader_switches_total",

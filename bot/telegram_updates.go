@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -43,6 +44,21 @@ const (
 	maxWebhookBody = 1 << 20
 )
 
+// updateOutcomes are the outcomes of switchyard_bot_onboarding_updates_total:
+// stored as new, delivered again (already stored), then handled, retried or
+// given up on.
+var updateOutcomes = []string{"received", "duplicate", "handled", "retry", "failed"}
+
+func init() {
+	// Every kind and outcome is exported from the start, at zero, so a rate
+	// over it exists before the first such update.
+	for _, kind := range append(slices.Clone(allowedUpdates), "other") {
+		for _, outcome := range updateOutcomes {
+			metricUpdates.WithLabelValues(kind, outcome)
+		}
+	}
+}
+
 // rawUpdate is an update as stored: its JSON, and the chat and kind that
 // order and describe it.
 type rawUpdate struct {
@@ -70,13 +86,16 @@ func describeUpdate(u telego.Update) (string, string) {
 
 // storeUpdates stores updates (an update seen before is left alone) and, in
 // the same transaction, advances the getUpdates offset to nextOffset when it
-// is above zero. It returns how many updates were new.
+// is above zero. It returns how many updates were new; the others were
+// duplicates (a webhook delivered again, a poll that repeated updates).
 func (o *Onboarding) storeUpdates(ctx context.Context, ups []rawUpdate, nextOffset int) (int, error) {
 	stored := 0
+	fresh := make([]bool, len(ups))
 	err := o.db.Tx(ctx, func(tx *sql.Tx) error {
 		stored = 0
+		clear(fresh)
 		now := store.TS(o.db.Now())
-		for _, u := range ups {
+		for i, u := range ups {
 			res, err := tx.ExecContext(ctx, `
 				insert into bot_updates (bot_id, update_id, chat_id, kind, payload, status, attempts, next_attempt_at, received_at)
 				values (?, ?, ?, ?, ?, 'pending', 0, ?, ?)
@@ -90,6 +109,7 @@ func (o *Onboarding) storeUpdates(ctx context.Context, ups []rawUpdate, nextOffs
 				return err
 			}
 			stored += int(n)
+			fresh[i] = n == 1
 		}
 		if nextOffset > 0 {
 			if _, err := tx.ExecContext(ctx, `
@@ -105,8 +125,12 @@ func (o *Onboarding) storeUpdates(ctx context.Context, ups []rawUpdate, nextOffs
 	if err != nil {
 		return 0, err
 	}
-	for _, u := range ups {
-		metricUpdates.WithLabelValues(u.Kind, "received").Inc()
+	for i, u := range ups {
+		outcome := "received"
+		if !fresh[i] {
+			outcome = "duplicate"
+		}
+		metricUpdates.WithLabelValues(u.Kind, outcome).Inc()
 	}
 	return stored, nil
 }

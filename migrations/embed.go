@@ -12,6 +12,7 @@
 //	00007 omni
 //	00008 indexes the console's live counts use
 //	00009 web: the console's sessions
+//	00010 omni: the reason an inbound event was ignored
 package migrations
 
 import "embed"

@@ -25,6 +25,10 @@ type ChatOpts struct {
 	AutoAckText string
 	// DisableAutoAck switches the acknowledgement off by default.
 	DisableAutoAck bool
+	// GroupChats is what becomes of group, supergroup and channel chats:
+	// GroupChatsIgnore (the default when empty) or GroupChatsThread
+	// (OMNI_GROUP_CHATS). Any other value panics.
+	GroupChats GroupChats
 	// Concurrency bounds the envelopes applied at once per queue (default 4).
 	// Envelopes of one thread are applied one at a time whatever it is.
 	Concurrency int
@@ -58,6 +62,10 @@ func NewChat(opts ChatOpts) *Chat {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 4
 	}
+	groups, err := ParseGroupChats(string(opts.GroupChats))
+	if err != nil {
+		panic("omni: NewChat: " + err.Error())
+	}
 	c := &Chat{
 		db:   opts.DB,
 		log:  opts.Logger.With(slog.String("role", "chat")),
@@ -65,6 +73,7 @@ func NewChat(opts ChatOpts) *Chat {
 		lane: newLane(opts.DB, "receiver", QueueReceiverFlow, QueueReceiverRetry, opts.Retry, opts.Logger),
 	}
 	c.domain = newChatDomain(opts.DB, autoAckDefault(opts.AutoAckText, opts.DisableAutoAck))
+	c.domain.groups = groups
 	declareChatMetrics()
 	return c
 }
@@ -134,6 +143,9 @@ func (c *Chat) handleFlow(ctx context.Context, m queue.Message) error {
 		metricChatEvents.WithLabelValues(eventInvalid, chatDead).Inc()
 		return err
 	}
+	if env.EventType == EventInvalid {
+		return c.deadInvalid(env)
+	}
 	key := OrderingKey(env)
 	parked, err := c.lane.parked(ctx, key)
 	if err != nil {
@@ -179,6 +191,9 @@ func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
 		metricChatEvents.WithLabelValues(eventInvalid, chatDead).Inc()
 		return err
 	}
+	if env.EventType == EventInvalid {
+		return c.deadInvalid(env)
+	}
 	var res applied
 	err = c.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -206,11 +221,26 @@ func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
 	return err
 }
 
+// deadInvalid dead-letters an invalid envelope (an update that lacks what
+// the Bot API always sends) with its reason, which the dead letter's
+// lastError shows the operator.
+func (c *Chat) deadInvalid(env *Envelope) error {
+	err := invalidEnvelope(env)
+	metricChatEvents.WithLabelValues(string(env.EventType), "dead").Inc()
+	c.log.Warn("telegram update cannot be used; dead-lettered", slog.String("event_id", env.IdempotencyKey),
+		slog.String("update_type", env.PayloadNormalized.UpdateType), slog.String("reason", env.PayloadNormalized.Reason),
+		slog.String("outcome", "dead"))
+	return err
+}
+
 func (c *Chat) record(env *Envelope, res applied) {
 	metricChatEvents.WithLabelValues(string(env.EventType), string(res.Outcome)).Inc()
+	if res.Outcome == outcomeIgnored {
+		metricUpdatesIgnored.WithLabelValues(string(res.Reason)).Inc()
+	}
 	if c.log.Enabled(context.Background(), slog.LevelDebug) {
 		c.log.Debug("envelope applied", slog.String("event_id", env.IdempotencyKey),
 			slog.String("event_type", string(env.EventType)), slog.Int64("thread_id", int64(res.Thread)),
-			slog.String("outcome", string(res.Outcome)))
+			slog.String("outcome", string(res.Outcome)), slog.String("reason", string(res.Reason)))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"switchyard/queue"
 	"switchyard/store"
 )
 
@@ -27,7 +28,9 @@ const (
 // applied is the result of applyTx.
 type applied struct {
 	Outcome applyOutcome
-	Thread  ThreadID
+	// Reason says why an ignored envelope was ignored.
+	Reason IgnoreReason
+	Thread ThreadID
 	// Queued are the outgoing messages the envelope's rules queued.
 	Queued []MessageID
 }
@@ -40,13 +43,15 @@ type chatDomain struct {
 	now     func() time.Time
 	autoAck AutoAckRule // the default when omni_rules has no row
 	send    sendTxFunc
+	// groups is what becomes of group, supergroup and channel chats.
+	groups GroupChats
 }
 
 const (
 	ledgerSeenQuery   = `select 1 from omni_inbound_events where idempotency_key = ?`
 	ledgerInsertQuery = `
-		insert into omni_inbound_events (idempotency_key, event_type, thread_id, outcome, occurred_at, received_at, applied_at)
-		values (?, ?, ?, ?, ?, ?, ?)`
+		insert into omni_inbound_events (idempotency_key, event_type, thread_id, outcome, reason, occurred_at, received_at, applied_at)
+		values (?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
 // applyTx applies env in tx and records it in the ledger. A second apply of
@@ -60,36 +65,58 @@ func (d *chatDomain) applyTx(ctx context.Context, tx *sql.Tx, env *Envelope) (ap
 		return applied{}, fmt.Errorf("read ledger: %w", err)
 	}
 
+	if env.EventType == EventInvalid {
+		return applied{}, invalidEnvelope(env)
+	}
 	var (
 		res applied
 		err error
 	)
-	switch env.EventType {
-	case EventMessageCreated, EventCallbackReceived:
-		res, err = d.messageCreated(ctx, tx, env, nil)
-	case EventMessageEdited:
-		res, err = d.messageEdited(ctx, tx, env)
-	case EventMessageDeleted:
-		res, err = d.messageDeleted(ctx, tx, env)
-	case EventConnectionUpdated:
-		res, err = d.connectionUpdated(ctx, tx, env)
-	case EventMembershipUpdated:
-		res, err = d.membershipUpdated(ctx, tx, env)
-	default:
-		res = applied{Outcome: outcomeIgnored}
+	if reason, ignore := decideIgnore(env, d.groups); ignore {
+		res = applied{Outcome: outcomeIgnored, Reason: reason}
+	} else {
+		res, err = d.apply(ctx, tx, env)
 	}
 	if err != nil {
 		return applied{}, fmt.Errorf("apply %s %s: %w", env.EventType, env.IdempotencyKey, err)
 	}
-	var thread any
+	var thread, reason any
 	if res.Thread != 0 {
 		thread = int64(res.Thread)
 	}
+	if res.Reason != "" {
+		reason = string(res.Reason)
+	}
 	if _, err := tx.ExecContext(ctx, ledgerInsertQuery, env.IdempotencyKey, string(env.EventType), thread,
-		string(res.Outcome), store.TS(env.OccurredAt), store.TS(env.ReceivedAt), store.TS(d.now())); err != nil {
+		string(res.Outcome), reason, store.TS(env.OccurredAt), store.TS(env.ReceivedAt), store.TS(d.now())); err != nil {
 		return applied{}, fmt.Errorf("write ledger: %w", err)
 	}
 	return res, nil
+}
+
+// invalidEnvelope is the permanent failure of an invalid envelope: no
+// attempt can apply it, so it goes to the dead letters with its reason.
+func invalidEnvelope(env *Envelope) error {
+	n := &env.PayloadNormalized
+	return queue.Permanent(fmt.Errorf("envelope %s: telegram update %q cannot be used: %s",
+		env.IdempotencyKey, n.UpdateType, n.Reason))
+}
+
+// apply applies an envelope the chat role uses to the chat domain.
+func (d *chatDomain) apply(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
+	switch env.EventType {
+	case EventMessageCreated, EventCallbackReceived:
+		return d.messageCreated(ctx, tx, env, nil)
+	case EventMessageEdited:
+		return d.messageEdited(ctx, tx, env)
+	case EventMessageDeleted:
+		return d.messageDeleted(ctx, tx, env)
+	case EventConnectionUpdated:
+		return d.connectionUpdated(ctx, tx, env)
+	case EventMembershipUpdated:
+		return d.membershipUpdated(ctx, tx, env)
+	}
+	return applied{Outcome: outcomeIgnored, Reason: IgnoreUnknownUpdate}, nil
 }
 
 // validFor reports whether env carries what its event type needs; the
@@ -117,6 +144,11 @@ func validFor(env *Envelope) error {
 		if n.Chat == nil || n.Membership == nil {
 			return errors.New("envelope lacks chat or membership")
 		}
+	case EventInvalid:
+		if n.Reason == "" {
+			return errors.New("invalid envelope lacks its reason")
+		}
+		return nil
 	}
 	if env.Channel == ChannelTelegramBusiness && n.BusinessConnectionID == "" {
 		return errors.New("business envelope lacks businessConnectionId")
@@ -333,7 +365,7 @@ func (d *chatDomain) messageCreated(ctx context.Context, tx *sql.Tx, env *Envelo
 	if err != nil {
 		return applied{}, err
 	}
-	if ackText, ok := decideAutoAck(rule, class, firstInbound, env.Channel, conn); ok {
+	if ackText, ok := decideAutoAck(rule, class, firstInbound, n.Chat, env.Channel, conn); ok {
 		id, err := d.queueOutgoingTx(ctx, tx, th.ID, OriginRule, ackText)
 		if err != nil {
 			return applied{}, fmt.Errorf("queue auto-acknowledgement: %w", err)
@@ -388,7 +420,7 @@ func (d *chatDomain) messageEdited(ctx context.Context, tx *sql.Tx, env *Envelop
 		switch {
 		case err == nil:
 			if !decideEdit(stored.Time, editedAt) {
-				return applied{Outcome: outcomeIgnored, Thread: th}, nil
+				return applied{Outcome: outcomeIgnored, Reason: IgnoreStaleEdit, Thread: th}, nil
 			}
 			if _, err := tx.ExecContext(ctx, editMessageQuery, n.Message.Text, string(n.Message.Kind),
 				store.TS(editedAt), store.TS(d.now()), int64(id)); err != nil {
@@ -410,7 +442,7 @@ func (d *chatDomain) messageDeleted(ctx context.Context, tx *sql.Tx, env *Envelo
 		return applied{}, err
 	}
 	if !found {
-		return applied{Outcome: outcomeIgnored}, nil
+		return applied{Outcome: outcomeIgnored, Reason: IgnoreNoThread}, nil
 	}
 	now := store.TS(d.now())
 	for _, id := range env.PayloadNormalized.DeletedMessageIDs {
@@ -434,7 +466,7 @@ func (d *chatDomain) connectionUpdated(ctx context.Context, tx *sql.Tx, env *Env
 	if n, err := res.RowsAffected(); err != nil {
 		return applied{}, err
 	} else if n == 0 {
-		return applied{Outcome: outcomeIgnored}, nil
+		return applied{Outcome: outcomeIgnored, Reason: IgnoreStaleConnection}, nil
 	}
 	return applied{Outcome: outcomeApplied}, nil
 }
@@ -444,7 +476,7 @@ func (d *chatDomain) connectionUpdated(ctx context.Context, tx *sql.Tx, env *Env
 func (d *chatDomain) membershipUpdated(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
 	change := decideMembership(env.PayloadNormalized.Membership)
 	if !change.Change {
-		return applied{Outcome: outcomeIgnored}, nil
+		return applied{Outcome: outcomeIgnored, Reason: IgnoreMembershipUnchanged}, nil
 	}
 	contact, err := d.contactTx(ctx, tx, env)
 	if err != nil {

@@ -22,6 +22,14 @@
 //     telegram:{botId}:{update_id}) answers 200 and enqueues nothing; a
 //     storage failure answers 503 and keeps nothing, so Telegram delivers
 //     again. Concurrent webhooks share commits (store's group commit).
+//   - Every authenticated update that is a UTF-8 JSON object with an
+//     integer update_id is stored and answered 200, whatever its type or
+//     content (a 4xx would make Telegram drop it); its envelope's
+//     payloadRaw is the body byte for byte. What the chat role cannot use
+//     ends ignored in the ledger with its IgnoreReason (group chats unless
+//     ChatOpts.GroupChats admits them, update types it does not use, …) or,
+//     for an update lacking what the Bot API always sends, in receiver.dlq
+//     with the reason.
 //   - Every envelope takes effect once: the chat role writes its dedup row
 //     (omni_inbound_events) in the transaction of the effect.
 //   - Per-thread order: the envelopes of one thread are applied in the order

@@ -1,9 +1,12 @@
 package omni
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // EnvelopeVersion is the version of the universal inbound envelope this
@@ -54,8 +57,15 @@ const (
 	EventMembershipUpdated EventType = "membership.updated"
 	// EventCallbackReceived: callback_query (an inline button was pressed).
 	EventCallbackReceived EventType = "callback.received"
-	// EventUnknown: any other update; enqueued all the same, never dropped.
+	// EventUnknown: any other update (Payload.UpdateType names it); enqueued
+	// all the same, never dropped.
 	EventUnknown EventType = "unknown"
+	// EventInvalid: an update of a type the chat role uses that lacks what
+	// the Bot API always sends (a business message without its
+	// business_connection_id, a message without its chat, a field of the
+	// wrong JSON type). It is stored like any other; UpdateType names it and
+	// Reason says what is wrong, and the chat role dead-letters it.
+	EventInvalid EventType = "invalid"
 )
 
 // eventTypes lists every EventType, the values of the chat events counter's
@@ -85,7 +95,9 @@ type Envelope struct {
 	// edit's edit_date); ReceivedAt when the webhook accepted it.
 	OccurredAt time.Time `json:"occurredAt"`
 	ReceivedAt time.Time `json:"receivedAt"`
-	// PayloadRaw is the provider's update exactly as received.
+	// PayloadRaw is the provider's update exactly as received, byte for
+	// byte. Encode writes it into the envelope unchanged; json.Marshal would
+	// compact it and escape <, > and & in it.
 	PayloadRaw json.RawMessage `json:"payloadRaw"`
 	// PayloadNormalized is the part of the update the chat role uses.
 	PayloadNormalized Normalized `json:"payloadNormalized"`
@@ -113,8 +125,11 @@ type Normalized struct {
 	Membership *Membership `json:"membership,omitempty"`
 	// Callback is the pressed inline button.
 	Callback *Callback `json:"callback,omitempty"`
-	// UpdateType is the provider's name for an unknown event.
+	// UpdateType is the provider's name of the update of an unknown or
+	// invalid event (Telegram's Update field: poll, message_reaction, …).
 	UpdateType string `json:"updateType,omitempty"`
+	// Reason says what an invalid event lacks.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ChatInfo is a conversation at the provider.
@@ -141,13 +156,25 @@ type Person struct {
 // MessageKind tells what a message holds.
 type MessageKind string
 
-// The message kinds.
+// The message kinds. An envelope's message is text, media or service; the
+// chat domain also stores a pressed button as a callback message.
 const (
-	KindText     MessageKind = "text"
-	KindMedia    MessageKind = "media"
+	// KindText: a text message.
+	KindText MessageKind = "text"
+	// KindMedia: a message whose content is not text — an attachment (photo,
+	// document, …) or another content type (dice, poll, venue, …), named by
+	// Message.Media; a content the build does not know is media "unknown".
+	KindMedia MessageKind = "media"
+	// KindCallback: a pressed inline button (chat domain only).
 	KindCallback MessageKind = "callback"
-	KindService  MessageKind = "service"
+	// KindService: a service message (a member joined, a payment went
+	// through, …), named by Message.Service.
+	KindService MessageKind = "service"
 )
+
+// MediaUnknown is the Media of a message whose content this build does not
+// recognise: a content type newer than the Bot API it knows.
+const MediaUnknown = "unknown"
 
 // Message is a chat message.
 type Message struct {
@@ -158,8 +185,12 @@ type Message struct {
 	Date time.Time `json:"date"`
 	// EditedAt is set on message.edited.
 	EditedAt *time.Time `json:"editedAt,omitempty"`
-	// Media names the attachment of a media message (photo, document, …).
+	// Media names the content of a media message: the Bot API's Message
+	// field that holds it (photo, document, dice, poll, …), or MediaUnknown.
 	Media string `json:"media,omitempty"`
+	// Service names a service message's event: the Bot API's Message field
+	// that holds it (new_chat_members, successful_payment, …).
+	Service string `json:"service,omitempty"`
 	// SentByBusinessBot is set when a bot wrote the message on the business
 	// account's behalf.
 	SentByBusinessBot bool `json:"sentByBusinessBot,omitempty"`
@@ -212,3 +243,50 @@ func OrderingKey(env *Envelope) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// envelopeHead is the Envelope without its two payloads, field for field in
+// the same order and with the same names (TestEnvelopeHeadMatchesEnvelope
+// keeps them in step).
+type envelopeHead struct {
+	Version           int       `json:"version"`
+	IdempotencyKey    string    `json:"idempotencyKey"`
+	Provider          Provider  `json:"provider"`
+	Channel           Channel   `json:"channel"`
+	Direction         Direction `json:"direction"`
+	ProviderEventID   string    `json:"providerEventId"`
+	ProviderMessageID *string   `json:"providerMessageId"`
+	EventType         EventType `json:"eventType"`
+	OccurredAt        time.Time `json:"occurredAt"`
+	ReceivedAt        time.Time `json:"receivedAt"`
+}
+
+// Encode returns env's JSON form with payloadRaw exactly as received: the
+// bytes of env.PayloadRaw go into the envelope unchanged, whitespace, key
+// order, escapes and all. (json.Marshal compacts a json.RawMessage and
+// escapes <, > and & in it, so the stored update would no longer be the one
+// Telegram sent.) A PayloadRaw that is not a UTF-8 JSON object is an error.
+func (env *Envelope) Encode() ([]byte, error) {
+	raw := env.PayloadRaw
+	if trimmed := bytes.TrimSpace(raw); len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(raw) || !utf8.Valid(raw) {
+		return nil, fmt.Errorf("encode envelope %s: payloadRaw is not a UTF-8 JSON object", env.IdempotencyKey)
+	}
+	head, err := json.Marshal(envelopeHead{
+		Version: env.Version, IdempotencyKey: env.IdempotencyKey, Provider: env.Provider, Channel: env.Channel,
+		Direction: env.Direction, ProviderEventID: env.ProviderEventID, ProviderMessageID: env.ProviderMessageID,
+		EventType: env.EventType, OccurredAt: env.OccurredAt, ReceivedAt: env.ReceivedAt,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode envelope %s: %w", env.IdempotencyKey, err)
+	}
+	normalized, err := json.Marshal(&env.PayloadNormalized)
+	if err != nil {
+		return nil, fmt.Errorf("encode envelope %s: %w", env.IdempotencyKey, err)
+	}
+	out := make([]byte, 0, len(head)+len(raw)+len(normalized)+40)
+	out = append(out, head[:len(head)-1]...) // without its closing brace
+	out = append(out, `,"payloadRaw":`...)
+	out = append(out, raw...)
+	out = append(out, `,"payloadNormalized":`...)
+	out = append(out, normalized...)
+	return append(out, '}'), nil
+}

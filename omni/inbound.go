@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -107,9 +106,11 @@ func (in *Inbound) Routes(r *mux.Router) {
 
 // webhook answers 200 only once the envelope is committed on receiver.flow
 // (or was already: a duplicate delivery), 401 to a wrong or missing secret,
-// 429 to a client throttled for wrong secrets (authlimit), 400 to a body
-// that is not an update, and 503 when the enqueue failed, so that Telegram
-// delivers the update again.
+// 429 to a client throttled for wrong secrets (authlimit), 413 to a body over
+// the cap, 400 to a body that is not a UTF-8 JSON object with an integer
+// update_id, and 503 when the enqueue failed, so that Telegram delivers the
+// update again. Every other body is an update and is stored, whatever its
+// type and content: a 4xx would make Telegram drop it for good.
 func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	secret := r.Header.Get(WebhookSecretHeader)
@@ -170,16 +171,16 @@ func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 // enqueue puts env on receiver.flow in its own small transaction, which the
 // store commits together with concurrent webhooks' (group commit).
 func (in *Inbound) enqueue(ctx context.Context, env *Envelope) (queue.SendResult, error) {
-	raw, err := json.Marshal(env)
+	raw, err := env.Encode()
 	if err != nil {
-		return queue.SendResult{}, fmt.Errorf("encode envelope: %w", err)
+		return queue.SendResult{}, err
 	}
 	return in.flow.Send(ctx, queue.Message{Body: raw, Key: env.IdempotencyKey, OrderKey: OrderingKey(env)})
 }
 
 // AllowedUpdates are the update types the chat role uses, for setWebhook.
 // Telegram sends nothing else, except what an operator asks for later; an
-// update of another type is still enqueued as "unknown".
+// update of another type is still stored, as "unknown", and ignored.
 var AllowedUpdates = []string{
 	"message", "edited_message", "business_connection", "business_message",
 	"edited_business_message", "deleted_business_messages", "my_chat_member", "callback_query",

@@ -19,6 +19,10 @@ var (
 		Name: "switchyard_omni_chat_events_total",
 		Help: "Inbound envelopes the chat role handled, by event type and outcome (applied, duplicate, ignored, retry, dead).",
 	}, []string{"event_type", "outcome"})
+	metricUpdatesIgnored = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_omni_updates_ignored_total",
+		Help: "Inbound envelopes the chat role stored as ignored, by reason (group_chat, unused_update_type, unknown_update_type, stale_edit, no_thread, no_messages, stale_connection, membership_unchanged).",
+	}, []string{"reason"})
 	metricOutboundSends = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_omni_outbound_sends_total",
 		Help: "Outbound delivery attempts, by outcome (sent, duplicate, rate_limited, retry, failed, refused, deferred).",
@@ -33,3 +37,11 @@ var (
 		Help: "Messages moved from a flow queue to its retry queue, by lane (receiver, sender).",
 	}, []string{"lane"})
 )
+
+func init() {
+	// Every reason is exported from the start, at zero, so a rate over it
+	// exists before the first ignored update.
+	for _, r := range IgnoreReasons {
+		metricUpdatesIgnored.WithLabelValues(string(r))
+	}
+}

@@ -1,6 +1,7 @@
 package omni
 
 import (
+	"fmt"
 	"strings"
 	"time"
 )
@@ -36,6 +37,95 @@ func contactName(c *ChatInfo) string {
 		return c.Title
 	}
 	return strings.TrimSpace(c.FirstName + " " + c.LastName)
+}
+
+// IgnoreReason says why the chat role stored an envelope as ignored: it is
+// kept in the dedup ledger (omni_inbound_events.reason) and counts in
+// switchyard_omni_updates_ignored_total{reason}.
+type IgnoreReason string
+
+// The ignore reasons.
+const (
+	// IgnoreGroupChat: a message, edit, button press or membership change in
+	// a group, supergroup or channel (any chat that is not private), while
+	// GroupChats is GroupChatsIgnore.
+	IgnoreGroupChat IgnoreReason = "group_chat"
+	// IgnoreUnusedUpdate: an update type of the Bot API the chat role does
+	// not use (message_reaction, poll, chat_member, …).
+	IgnoreUnusedUpdate IgnoreReason = "unused_update_type"
+	// IgnoreUnknownUpdate: an update type this build does not know (a newer
+	// Bot API), or an update with no field besides update_id.
+	IgnoreUnknownUpdate IgnoreReason = "unknown_update_type"
+	// IgnoreStaleEdit: an edit older than the one the message already shows.
+	IgnoreStaleEdit IgnoreReason = "stale_edit"
+	// IgnoreNoThread: a deletion in a chat that has no thread.
+	IgnoreNoThread IgnoreReason = "no_thread"
+	// IgnoreNoMessages: a deletion that names no message.
+	IgnoreNoMessages IgnoreReason = "no_messages"
+	// IgnoreStaleConnection: a business connection's state older than the
+	// stored one.
+	IgnoreStaleConnection IgnoreReason = "stale_connection"
+	// IgnoreMembershipUnchanged: a membership status that changes nothing
+	// about reaching the contact.
+	IgnoreMembershipUnchanged IgnoreReason = "membership_unchanged"
+)
+
+// IgnoreReasons lists every IgnoreReason, for metrics and docs.
+var IgnoreReasons = []IgnoreReason{
+	IgnoreGroupChat, IgnoreUnusedUpdate, IgnoreUnknownUpdate, IgnoreStaleEdit, IgnoreNoThread,
+	IgnoreNoMessages, IgnoreStaleConnection, IgnoreMembershipUnchanged,
+}
+
+// GroupChats says what the chat role does with the messages of group,
+// supergroup and channel chats, which are not customers' inbox threads.
+type GroupChats string
+
+// The group chat policies.
+const (
+	// GroupChatsIgnore (the default) stores their updates as ignored
+	// (IgnoreGroupChat): no contact, no thread, no acknowledgement.
+	GroupChatsIgnore GroupChats = "ignore"
+	// GroupChatsThread admits each such chat as a thread of its own, named
+	// after the chat, that operators can read and answer; it is never
+	// acknowledged automatically.
+	GroupChatsThread GroupChats = "thread"
+)
+
+// ParseGroupChats reads a GroupChats option ("" is GroupChatsIgnore).
+func ParseGroupChats(s string) (GroupChats, error) {
+	switch g := GroupChats(s); g {
+	case "", GroupChatsIgnore:
+		return GroupChatsIgnore, nil
+	case GroupChatsThread:
+		return g, nil
+	}
+	return "", fmt.Errorf("group chats %q: must be %s or %s", s, GroupChatsIgnore, GroupChatsThread)
+}
+
+// isPrivate reports whether c is a user's private chat with the bot, the
+// only kind of chat that is a customer's inbox thread by default.
+func isPrivate(c *ChatInfo) bool { return c != nil && c.Type == "private" }
+
+// decideIgnore returns why the chat role stores env as ignored before
+// looking at any stored state, if it does: an update type it does not use,
+// or a chat that is not private while group chats are ignored.
+func decideIgnore(env *Envelope, groups GroupChats) (IgnoreReason, bool) {
+	n := &env.PayloadNormalized
+	switch env.EventType {
+	case EventUnknown:
+		if isBotAPIUpdateType(n.UpdateType) {
+			return IgnoreUnusedUpdate, true
+		}
+		return IgnoreUnknownUpdate, true
+	case EventMessageDeleted:
+		if len(n.DeletedMessageIDs) == 0 {
+			return IgnoreNoMessages, true
+		}
+	}
+	if n.Chat != nil && !isPrivate(n.Chat) && groups != GroupChatsThread {
+		return IgnoreGroupChat, true
+	}
+	return "", false
 }
 
 // reachabilityChange is what a my_chat_member update means for the contact.
@@ -74,11 +164,16 @@ const DefaultAutoAckText = "Здравствуйте! Мы получили ва
 const ruleAutoAck = "auto_ack"
 
 // decideAutoAck returns the acknowledgement to queue, if any: the rule is on,
-// the message is the contact's first in the thread, and the thread can be
+// the message is the contact's first in the thread, the thread is a private
+// chat (a group, supergroup or channel admitted as a thread is never
+// acknowledged: the text would go to everyone in it), and the thread can be
 // answered (a bot chat, or a business connection that is enabled and may
 // reply — otherwise the reply would fail for sure).
-func decideAutoAck(rule AutoAckRule, class messageClass, firstInbound bool, ch Channel, conn *BusinessConnection) (string, bool) {
+func decideAutoAck(rule AutoAckRule, class messageClass, firstInbound bool, chat *ChatInfo, ch Channel, conn *BusinessConnection) (string, bool) {
 	if !rule.Enabled || strings.TrimSpace(rule.Text) == "" || !firstInbound || class.Direction != DirectionInbound {
+		return "", false
+	}
+	if !isPrivate(chat) {
 		return "", false
 	}
 	if ch == ChannelTelegramBusiness && (conn == nil || !conn.Enabled || !conn.CanReply) {
