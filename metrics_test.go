@@ -163,10 +163,13 @@ var (
 		{"switchyard_omni_chat_events_total", []dim{{"event_type", []string{"invalid"}}, {"outcome", []string{"dead"}}}},
 		{"switchyard_omni_outbound_sends_total", []dim{{"outcome", []string{"sent", "duplicate", "rate_limited", "retry", "failed", "refused", "deferred"}}}},
 		{"switchyard_omni_lane_moves_total", []dim{{"lane", []string{"receiver", "sender"}}}},
+		{"switchyard_omni_webhook_updates_total", []dim{{"outcome", []string{"accepted", "duplicate", "unauthorized", "throttled", "bad_request", "unavailable", "client_gone"}}}},
+		{"switchyard_omni_updates_ignored_total", []dim{{"reason", []string{"group_chat", "unused_update_type", "unknown_update_type", "stale_edit", "no_thread", "no_messages", "stale_connection", "membership_unchanged"}}}},
 
 		{"switchyard_bot_outbox_emitted_events_total", []dim{{"event_type", botEventTypes}}},
 		{"switchyard_bot_outbox_acked_events_total", []dim{{"outcome", []string{"processed", "retry", "dead_letter", "closed"}}}},
 		{"switchyard_bot_onboarding_events_total", []dim{{"event_type", botEventTypes}, {"outcome", []string{"handled", "duplicate", "retry"}}}},
+		{"switchyard_bot_onboarding_updates_total", []dim{{"kind", []string{"message", "callback_query", "my_chat_member", "other"}}, {"outcome", []string{"received", "duplicate", "handled", "retry", "failed"}}}},
 		{"switchyard_bot_onboarding_messages_total", []dim{{"method", []string{"sendMessage", "editMessageReplyMarkup", "answerCallbackQuery"}}, {"outcome", []string{"sent", "retry", "fallback", "notified", "failed"}}}},
 
 		{"switchyard_telegram_ratelimit_deferrals_total", []dim{{"scope", []string{"chat", "group", "bot", "pause"}}}},

@@ -72,7 +72,7 @@ const (
 // event_type label.
 var eventTypes = []EventType{
 	EventMessageCreated, EventMessageEdited, EventMessageDeleted, EventConnectionUpdated,
-	EventMembershipUpdated, EventCallbackReceived, EventUnknown,
+	EventMembershipUpdated, EventCallbackReceived, EventUnknown, EventInvalid,
 }
 
 // Envelope is the universal inbound event, version 1: what omni_inbound puts

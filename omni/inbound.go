@@ -87,6 +87,9 @@ func NewInbound(opts InboundOpts) *Inbound {
 		opts.AuthLimiter = authlimit.New(authlimit.Opts{Logger: opts.Logger})
 	}
 	opts.AuthLimiter.Declare(surfaceWebhook)
+	for _, o := range webhookOutcomes {
+		metricWebhookUpdates.WithLabelValues(o)
+	}
 	return &Inbound{
 		db:      opts.DB,
 		log:     opts.Logger.With(slog.String("role", "inbound")),
@@ -124,41 +127,41 @@ func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch v {
 	case authlimit.Throttled:
-		metricWebhookUpdates.WithLabelValues("throttled").Inc()
+		metricWebhookUpdates.WithLabelValues(webhookThrottled).Inc()
 		return httpjson.TooManyAttempts(w, wait)
 	case authlimit.Refused:
-		metricWebhookUpdates.WithLabelValues("unauthorized").Inc()
+		metricWebhookUpdates.WithLabelValues(webhookUnauthorized).Inc()
 		return httpjson.Unauthorized()
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, in.maxBody))
 	if err != nil {
 		var maxed *http.MaxBytesError
 		if errors.As(err, &maxed) {
-			metricWebhookUpdates.WithLabelValues("bad_request").Inc()
+			metricWebhookUpdates.WithLabelValues(webhookBadRequest).Inc()
 			return err
 		}
 		return httpjson.BadRequest("could not read the body: %v", err)
 	}
 	env, err := NormalizeTelegram(body, in.botID, in.db.Now())
 	if err != nil {
-		metricWebhookUpdates.WithLabelValues("bad_request").Inc()
+		metricWebhookUpdates.WithLabelValues(webhookBadRequest).Inc()
 		return httpjson.BadRequest("%v", err)
 	}
 	res, err := in.enqueue(r.Context(), env)
 	if err != nil && r.Context().Err() != nil {
 		// Telegram hung up before the answer: nothing to log; it delivers again.
-		metricWebhookUpdates.WithLabelValues("client_gone").Inc()
+		metricWebhookUpdates.WithLabelValues(webhookClientGone).Inc()
 		return r.Context().Err()
 	}
 	if err != nil {
-		metricWebhookUpdates.WithLabelValues("unavailable").Inc()
+		metricWebhookUpdates.WithLabelValues(webhookUnavailable).Inc()
 		in.log.Error("webhook update not stored; Telegram will deliver it again",
 			slog.String("event_id", env.IdempotencyKey), slog.String("outcome", "unavailable"), slog.Any("err", err))
 		return httpjson.Unavailable("the update could not be stored; deliver it again")
 	}
-	outcome := "accepted"
+	outcome := webhookAccepted
 	if res.Duplicate {
-		outcome = "duplicate"
+		outcome = webhookDuplicate
 	}
 	metricWebhookUpdates.WithLabelValues(outcome).Inc()
 	metricWebhookDuration.Observe(time.Since(start).Seconds())

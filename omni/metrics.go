@@ -5,10 +5,27 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
+// The outcomes of switchyard_omni_webhook_updates_total, each exported at 0
+// from the inbound role's start.
+const (
+	webhookAccepted     = "accepted"
+	webhookDuplicate    = "duplicate"
+	webhookUnauthorized = "unauthorized"
+	webhookThrottled    = "throttled"
+	webhookBadRequest   = "bad_request"
+	webhookUnavailable  = "unavailable"
+	webhookClientGone   = "client_gone"
+)
+
+var webhookOutcomes = []string{
+	webhookAccepted, webhookDuplicate, webhookUnauthorized, webhookThrottled,
+	webhookBadRequest, webhookUnavailable, webhookClientGone,
+}
+
 var (
 	metricWebhookUpdates = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_omni_webhook_updates_total",
-		Help: "Telegram webhook requests, by outcome (accepted, duplicate, unauthorized, throttled, bad_request, unavailable).",
+		Help: "Telegram webhook requests, by outcome (accepted, duplicate, unauthorized, throttled, bad_request, unavailable, client_gone).",
 	}, []string{"outcome"})
 	metricWebhookDuration = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "switchyard_omni_webhook_duration_seconds",
