@@ -254,7 +254,7 @@ func TestUserStateAndAccountCheck(t *testing.T) {
 	t.Run("the state answers the console gate's fields", func(t *testing.T) {
 		t.Parallel()
 		body := e.call(t, "GET", "/bot/user/state?telegramId=4242", nil, 200, nil)
-		want := `{"isRegistrationConfirmed":true,"lp1":true,"lp2":false,"addr":"EQwallet","timeActive":"2026-01-15T12:00:00Z","ownLink":"alice"}`
+		want := `{"isRegistrationConfirmed":true,"lp1":true,"lp2":false,"addr":"EQwallet","timeActive":"2026-01-15T12:00:00.000000Z","ownLink":"alice"}`
 		if strings.TrimSpace(string(body)) != want {
 			t.Fatalf("state %s, want %s", body, want)
 		}

@@ -106,8 +106,9 @@ func (in *Inbound) Routes(r *mux.Router) {
 
 // webhook answers 200 only once the envelope is committed on receiver.flow
 // (or was already: a duplicate delivery), 401 to a wrong or missing secret,
-// 429 to a client throttled for wrong secrets (authlimit), 400 to a body
-// that is not an update, and 503 when the enqueue failed, so that Telegram
+// 429 to a client throttled for wrong secrets (authlimit), 415 to a body not
+// declared application/json, 400 to a body that is not an update, 413 to one
+// over MaxUpdateBytes, and 503 when the enqueue failed, so that Telegram
 // delivers the update again.
 func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
@@ -127,6 +128,11 @@ func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 	case authlimit.Refused:
 		metricWebhookUpdates.WithLabelValues("unauthorized").Inc()
 		return httpjson.Unauthorized()
+	}
+	if err := httpjson.RequireJSON(r); err != nil {
+		// Telegram declares every update application/json.
+		metricWebhookUpdates.WithLabelValues("bad_request").Inc()
+		return err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, in.maxBody))
 	if err != nil {
