@@ -180,8 +180,14 @@ var sharedResponses = map[int]struct {
 		Content: map[string]OpenAPIMediaType{"application/json": {Schema: ref("Error")}},
 	}},
 	http.StatusNotFound: {"NotFound", errResponse("Not found; the code says what: `user_not_found`, `leader_not_found` or `token_not_found`.")},
-	http.StatusMethodNotAllowed: {"MethodNotAllowed", errResponse("The path was asked with a method it does not take " +
-		"(code `method_not_allowed`): the operations listed for a path are its only methods.")},
+	http.StatusMethodNotAllowed: {"MethodNotAllowed", OpenAPIResponse{
+		Description: "The path was asked with a method it does not take (code `method_not_allowed`): " +
+			"the operations listed for a path are its only methods.",
+		Headers: map[string]OpenAPIHeader{"Allow": {
+			Description: "The methods the path takes, e.g. GET.", Required: true,
+			Schema: schema{"type": "string", "pattern": `^[A-Z]+(, [A-Z]+)*$`}}},
+		Content: map[string]OpenAPIMediaType{"application/json": {Schema: ref("Error")}},
+	}},
 	http.StatusRequestTimeout: {"RequestTimeout", errResponse("The request body did not arrive within the server's read timeout " +
 		"(code `request_timeout`). Nothing changed.")},
 	http.StatusConflict: {"Conflict", errResponse("Conflicts with the current state; nothing changed. The code says what: " +

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -222,7 +223,19 @@ var NotFoundHandler http.Handler = HandlerFunc(func(http.ResponseWriter, *http.R
 	return NotFound("no such route")
 })
 
-// MethodNotAllowedHandler answers a route asked with a method it does not take.
-var MethodNotAllowedHandler http.Handler = HandlerFunc(func(http.ResponseWriter, *http.Request) error {
-	return Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
-})
+// MethodNotAllowedHandler answers a route asked with a method it does not
+// take, without an Allow header; routers that can list a path's methods use
+// MethodNotAllowed.
+var MethodNotAllowedHandler http.Handler = MethodNotAllowed(nil)
+
+// MethodNotAllowed answers a route asked with a method it does not take: a
+// 405 "method_not_allowed" with the Allow header RFC 9110 asks of a 405,
+// listing what allowed returns for the request (nil: no header).
+func MethodNotAllowed(allowed func(*http.Request) []string) http.Handler {
+	return HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		if allowed != nil {
+			w.Header().Set("Allow", strings.Join(allowed(r), ", "))
+		}
+		return Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
+	})
+}
