@@ -293,6 +293,7 @@ func TestLogsHideSecretsAndPhones(t *testing.T) {
 		}{{"wrong-secret", `{"update_id":1}`, 401}, {logSecrets["OMNI_WEBHOOK_SECRET"], `{"message":{"text":"` + logPhones[2] + `"}}`, 400}} {
 			req, _ := http.NewRequest(http.MethodPost, w.srv.URL+"/webhooks/telegram", strings.NewReader(h.body))
 			req.Header.Set("X-Telegram-Bot-Api-Secret-Token", h.secret)
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)

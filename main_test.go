@@ -188,6 +188,7 @@ func TestServe(t *testing.T) {
 	// Data written through the first start must be there after a restart.
 	create, _ := http.NewRequest(http.MethodPost, first.base+"/admin/api/users", strings.NewReader(`{"link":"kept-leader","name":"Kept"}`))
 	create.Header.Set("Authorization", "Bearer "+first.token)
+	create.Header.Set("Content-Type", "application/json")
 	resp, err = http.DefaultClient.Do(create)
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
 	"switchyard/web"
+	"switchyard/web/httpjson/httpjsontest"
 )
 
 // wiredApp is the whole application as serve builds it — every role, the
@@ -302,7 +303,19 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 	if !slices.Equal(prefixes, []string{sandboxPath + "/"}) {
 		t.Fatalf("routes for any method: %v, want only the sandbox Bot API at %s/", prefixes, sandboxPath)
 	}
-	var refused, crossOrigin int
+	// A user, an outbox event and a topic record, so that answers carry
+	// times for the walk to check.
+	seed := http.Header{"Authorization": {"Bearer " + w.sec.AdminToken}, "Content-Type": {"application/json"}, "Sec-Fetch-Site": {"same-origin"}}
+	for _, s := range []struct{ path, body string }{
+		{"/admin/api/users", `{"link":"walker","name":"Walker"}`},
+		{"/admin/api/bot/events", `{"eventType":"wallet_connected","magnetUid":1,"payload":{"addr":"EQwalk"}}`},
+		{"/admin/api/topics/pin.identity.users.v1/messages?key=walk", `{"aggregateId":"walk"}`},
+	} {
+		if a := wk.do(http.MethodPost, s.path, seed, s.body); a.status >= 300 {
+			t.Fatalf("seeding %s: %d %s", s.path, a.status, a.body)
+		}
+	}
+	var refused, crossOrigin, times int
 	for _, r := range routes {
 		path := concrete(r.template)
 		if r.template == "/static/" {
@@ -374,6 +387,12 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 			if b.route != r.template {
 				t.Fatalf("the access log names the route %q, want %q: the walk's list is out of date", b.route, r.template)
 			}
+			if strings.HasPrefix(b.header.Get("Content-Type"), "application/json") {
+				if bad, err := httpjsontest.BadTimes(b.body); err != nil || len(bad) > 0 {
+					t.Fatalf("with credentials: times not in httpjson.TimeLayout %v (%v) in %s", bad, err, b.body)
+				}
+				times += httpjsontest.Times(b.body)
+			}
 
 			// A state change under /admin refuses another origin, with
 			// credentials or without.
@@ -397,7 +416,11 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 		})
 	}
 	wk.t = t
-	t.Logf("%d routes walked: %d refused without credentials, %d state changes refused from another origin", len(routes), refused, crossOrigin)
+	t.Logf("%d routes walked: %d refused without credentials, %d state changes refused from another origin, %d times checked",
+		len(routes), refused, crossOrigin, times)
+	if times == 0 {
+		t.Error("no answer of the walk carried a time: the time format went unchecked")
+	}
 
 	t.Run("paths under /admin/api that match no route still ask for credentials", func(t *testing.T) {
 		wk.t = t

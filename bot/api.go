@@ -170,7 +170,9 @@ func parseLimit(r *http.Request) (int, error) {
 	return ClampPendingLimit(n), nil
 }
 
-// parseWait reads ?wait=: whole seconds from 0, capped at MaxPendingWait.
+// parseWait reads ?wait=: whole seconds from 0; more than MaxPendingWait
+// (however many digits) waits MaxPendingWait, as ?limit= is capped rather
+// than refused.
 func parseWait(r *http.Request) (time.Duration, error) {
 	q := r.URL.Query()
 	if !q.Has("wait") {

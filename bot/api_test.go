@@ -2,6 +2,7 @@ package bot
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -151,6 +152,40 @@ func TestTelegramConnectAndBind(t *testing.T) {
 		e.call(t, "POST", "/bot/telegram/connect-link", map[string]any{"uid": 0}, 400, nil)
 	})
 
+	t.Run("a minted and a reused link answer the same expiresAt, in the one time format", func(t *testing.T) {
+		t.Parallel()
+		e := newBackendEnv(t)
+		u := e.createUser(t, "alice", "")
+		// A clock with nanoseconds, as a real one has.
+		e.clock.Advance(123456789 * time.Nanosecond)
+		minted := e.call(t, "POST", "/bot/telegram/connect-link", map[string]any{"uid": u.UID}, 200, nil)
+		e.clock.Advance(time.Minute)
+		reused := e.call(t, "POST", "/bot/telegram/connect-link", map[string]any{"uid": u.UID}, 200, nil)
+		if string(minted) != string(reused) {
+			t.Fatalf("minted %s\nreused %s", minted, reused)
+		}
+		var link struct {
+			ExpiresAt string `json:"expiresAt"`
+		}
+		if err := json.Unmarshal(minted, &link); err != nil {
+			t.Fatal(err)
+		}
+		want := e.clock.Now().Add(-time.Minute).Add(24 * time.Hour).UTC().Truncate(time.Microsecond).Format("2006-01-02T15:04:05.000000Z")
+		if link.ExpiresAt != want {
+			t.Fatalf("expiresAt %q, want %q", link.ExpiresAt, want)
+		}
+		// The Go API too answers a new token's expiry as it is stored.
+		bob := e.createUser(t, "bob", "")
+		mintedLink, err := e.b.MintConnectLink(context.Background(), bob.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reusedLink, err := e.b.MintConnectLink(context.Background(), bob.UID)
+		if err != nil || reusedLink != mintedLink {
+			t.Fatalf("MintConnectLink minted %+v, then reused %+v (%v)", mintedLink, reusedLink, err)
+		}
+	})
+
 	t.Run("redeeming records the preview id and marks the token used", func(t *testing.T) {
 		t.Parallel()
 		e := newBackendEnv(t)
@@ -254,7 +289,7 @@ func TestUserStateAndAccountCheck(t *testing.T) {
 	t.Run("the state answers the console gate's fields", func(t *testing.T) {
 		t.Parallel()
 		body := e.call(t, "GET", "/bot/user/state?telegramId=4242", nil, 200, nil)
-		want := `{"isRegistrationConfirmed":true,"lp1":true,"lp2":false,"addr":"EQwallet","timeActive":"2026-01-15T12:00:00Z","ownLink":"alice"}`
+		want := `{"isRegistrationConfirmed":true,"lp1":true,"lp2":false,"addr":"EQwallet","timeActive":"2026-01-15T12:00:00.000000Z","ownLink":"alice"}`
 		if strings.TrimSpace(string(body)) != want {
 			t.Fatalf("state %s, want %s", body, want)
 		}
@@ -339,6 +374,48 @@ func TestErrorStatusTable(t *testing.T) {
 		ErrTokenUsed, ErrUnauthorized} {
 		if _, ok := errorStatus[err]; !ok {
 			t.Fatalf("%q has no status", err)
+		}
+	}
+}
+
+func TestParseTelegramID(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"1", "42", "9007199254740993", "9223372036854775807"} {
+		if got, err := ParseTelegramID(s); err != nil || string(got) != s {
+			t.Errorf("%q: %q, %v; want it accepted as it is", s, got, err)
+		}
+	}
+	// The document's pattern is ^[1-9][0-9]{0,18}$ within int64: nothing else.
+	for _, s := range []string{"", "0", "-1", "+1", "01", " 1", "1 ", "1.0", "1e3", "0x10", "9223372036854775808", "99999999999999999999", "１"} {
+		if got, err := ParseTelegramID(s); err == nil {
+			t.Errorf("%q accepted as %q", s, got)
+		}
+	}
+	t.Run("JSON reads a string or an integer in canonical form", func(t *testing.T) {
+		for raw, want := range map[string]TelegramID{`"42"`: "42", `42`: "42", `null`: "", `9223372036854775807`: "9223372036854775807"} {
+			var got TelegramID
+			if err := json.Unmarshal([]byte(raw), &got); err != nil || got != want {
+				t.Errorf("%s: %q, %v; want %q", raw, got, err, want)
+			}
+		}
+		for _, raw := range []string{`"+42"`, `" 42"`, `"042"`, `42.0`, `4.2e1`, `-42`, `0`, `true`, `{}`} {
+			var got TelegramID
+			if err := json.Unmarshal([]byte(raw), &got); err == nil {
+				t.Errorf("%s accepted as %q", raw, got)
+			}
+		}
+	})
+}
+
+func TestParseWaitIsCapped(t *testing.T) {
+	t.Parallel()
+	for q, want := range map[string]time.Duration{
+		"": 0, "wait=0": 0, "wait=1": time.Second, "wait=30": 30 * time.Second,
+		"wait=31": MaxPendingWait, "wait=3600": MaxPendingWait, "wait=99999999999999999999": MaxPendingWait,
+	} {
+		got, err := parseWait(httptest.NewRequest(http.MethodGet, "/bot/events/pending?"+q, nil))
+		if err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", q, got, err, want)
 		}
 	}
 }

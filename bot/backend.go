@@ -678,7 +678,8 @@ func (b *Backend) MintConnectLink(ctx context.Context, uid UID) (ConnectLink, er
 		if !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("read connect token: %w", err)
 		}
-		token, expires = uuid.NewString(), store.TS(now.Add(b.tokenTTL))
+		// The answer carries the expiry as stored: the store keeps microseconds.
+		token, expires = uuid.NewString(), store.TS(now.Add(b.tokenTTL).Truncate(time.Microsecond))
 		if _, err := tx.ExecContext(ctx,
 			`insert into telegram_connect_tokens (token, uid, created_at, expires_at) values (?, ?, ?, ?)`,
 			token, uid, store.TS(now), expires); err != nil {

@@ -73,8 +73,9 @@ func newBackendEnv(t testing.TB, opts ...func(*BackendOpts)) *backendEnv {
 	return &backendEnv{db: db, clock: clock, b: b, router: r, srv: srv, logs: logs}
 }
 
-// request sends body (nil, a string of raw JSON, or a value to marshal) with
-// the Authorization header auth ("" sends none) and returns status and body.
+// request sends body (nil, a string of raw JSON, or a value to marshal; a
+// body goes with Content-Type: application/json) with the Authorization
+// header auth ("" sends none) and returns status and body.
 func (e *backendEnv) request(t testing.TB, method, path, auth string, body any) (int, []byte) {
 	t.Helper()
 	var rd io.Reader
@@ -95,6 +96,9 @@ func (e *backendEnv) request(t testing.TB, method, path, auth string, body any) 
 	}
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := e.srv.Client().Do(req)
 	if err != nil {

@@ -123,17 +123,23 @@ type UID int64
 // string or a number.
 type TelegramID string
 
-// ParseTelegramID checks that s is a positive decimal integer that fits an
-// int64 and returns it in canonical form.
+// ParseTelegramID checks that s is a Telegram id in canonical form: decimal
+// digits, the first not 0, with no sign or space, of a positive int64 (at
+// most 9223372036854775807). That is the pattern OpenAPI documents,
+// ^[1-9][0-9]{0,18}$, within int64's range.
 func ParseTelegramID(s string) (TelegramID, error) {
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-	if err != nil || n <= 0 {
-		return "", invalidf("telegram id %q is not a positive integer", s)
+	if s == "" || s[0] < '1' || s[0] > '9' || strings.TrimLeft(s, "0123456789") != "" {
+		return "", invalidf("telegram id %q is not a positive integer in decimal digits", s)
 	}
-	return TelegramID(strconv.FormatInt(n, 10)), nil
+	if _, err := strconv.ParseInt(s, 10, 64); err != nil {
+		return "", invalidf("telegram id %q is larger than 9223372036854775807", s)
+	}
+	return TelegramID(s), nil
 }
 
-// UnmarshalJSON reads a Telegram id from a JSON string or number.
+// UnmarshalJSON reads a Telegram id from a JSON string or a JSON integer,
+// each in ParseTelegramID's canonical form (a number such as 1.0 or 1e3 is
+// refused).
 func (t *TelegramID) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		*t = ""

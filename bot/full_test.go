@@ -134,7 +134,7 @@ func TestFullDatabase(t *testing.T) {
 		post := func(id int) int {
 			body := fmt.Sprintf(`{"update_id":%d,"message":{"message_id":%d,"from":{"id":%d,"is_bot":false,"first_name":"A"},`+
 				`"chat":{"id":%d,"type":"private"},"date":1771668000,"text":"%s"}}`, id, id, 9000+id%3, 9000+id%3, strings.Repeat("y", 400))
-			return fuzzDo(h, http.MethodPost, "/webhooks/bot", "", http.Header{"X-Telegram-Bot-Api-Secret-Token": {secret}}, []byte(body)).Code
+			return fuzzDo(h, http.MethodPost, "/webhooks/bot", "", http.Header{"X-Telegram-Bot-Api-Secret-Token": {secret}, "Content-Type": {"application/json"}}, []byte(body)).Code
 		}
 		stored := func(id int) bool {
 			return e.count(`select count(*) from bot_updates where update_id = ?`, id) == 1

@@ -337,7 +337,7 @@ func FuzzOnboardingWebhook(f *testing.F) {
 	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, given string, body []byte) {
 		before := commits.Version(t)
-		rec := fuzzDo(h, http.MethodPost, "/webhooks/bot", "", http.Header{"X-Telegram-Bot-Api-Secret-Token": {given}}, body)
+		rec := fuzzDo(h, http.MethodPost, "/webhooks/bot", "", http.Header{"X-Telegram-Bot-Api-Secret-Token": {given}, "Content-Type": {"application/json"}}, body)
 		if given != secret && rec.Code != http.StatusUnauthorized {
 			t.Fatalf("secret %q: %d, want 401", given, rec.Code)
 		}

@@ -45,7 +45,8 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 			Responses map[string]json.RawMessage `json:"responses"`
 		} `json:"paths"`
 		Components struct {
-			Schemas map[string]json.RawMessage `json:"schemas"`
+			Schemas   map[string]json.RawMessage `json:"schemas"`
+			Responses map[string]json.RawMessage `json:"responses"`
 		} `json:"components"`
 	}
 	status, body := e.request(t, "GET", "/openapi.json", "", nil)
@@ -83,10 +84,15 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 			}
 		})
 	}
-	t.Run("every schema reference resolves", func(t *testing.T) {
+	t.Run("every schema and response reference resolves", func(t *testing.T) {
 		for _, ref := range refs(body) {
-			name := strings.TrimPrefix(ref, "#/components/schemas/")
-			if _, ok := served.Components.Schemas[name]; !ok {
+			var ok bool
+			if name, isSchema := strings.CutPrefix(ref, "#/components/schemas/"); isSchema {
+				_, ok = served.Components.Schemas[name]
+			} else if name, isResponse := strings.CutPrefix(ref, "#/components/responses/"); isResponse {
+				_, ok = served.Components.Responses[name]
+			}
+			if !ok {
 				t.Fatalf("dangling reference %s", ref)
 			}
 		}

@@ -122,7 +122,7 @@ func TestPendingOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := e.call(t, "GET", "/bot/events/pending", nil, 200, nil)
-		want := fmt.Sprintf(`{"events":[{"id":%d,"eventType":"wallet_connected","telegramId":"9007199254740993","magnetUid":42,"payload":{"addr":"EQx"},"createdAt":"2026-01-15T12:00:00Z","attempts":0}]}`, id)
+		want := fmt.Sprintf(`{"events":[{"id":%d,"eventType":"wallet_connected","telegramId":"9007199254740993","magnetUid":42,"payload":{"addr":"EQx"},"createdAt":"2026-01-15T12:00:00.000000Z","attempts":0}]}`, id)
 		if strings.TrimSpace(string(body)) != want {
 			t.Fatalf("body\n%s\nwant\n%s", body, want)
 		}

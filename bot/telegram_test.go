@@ -70,6 +70,35 @@ func TestWebhook(t *testing.T) {
 		}
 	})
 
+	t.Run("refuses an update not declared application/json with 415 and stores nothing", func(t *testing.T) {
+		t.Parallel()
+		e, srv := newHook(t, UpdatesWebhook)
+		for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded"} {
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/webhooks/bot", strings.NewReader(update(7)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("X-Telegram-Bot-Api-Secret-Token", testWebhookSecret)
+			if ct != "" {
+				req.Header.Set("Content-Type", ct)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnsupportedMediaType {
+				t.Fatalf("Content-Type %q: status %d, want 415", ct, resp.StatusCode)
+			}
+		}
+		if n := stored(e); n != 0 {
+			t.Fatalf("%d updates stored from bodies not declared JSON", n)
+		}
+		if status := postWebhook(t, srv.URL, testWebhookSecret, update(7)); status != http.StatusOK {
+			t.Fatalf("the same update as application/json: %d", status)
+		}
+	})
+
 	t.Run("answers 200 once the update is stored, and stores a repeated delivery once", func(t *testing.T) {
 		t.Parallel()
 		e, srv := newHook(t, UpdatesWebhook)

@@ -155,8 +155,9 @@ func (o *Onboarding) Routes(r *mux.Router) {
 }
 
 // handleWebhook checks X-Telegram-Bot-Api-Secret-Token in constant time,
-// stores the update and only then answers 200, so an update Telegram saw
-// accepted is never lost; a repeated delivery is stored once.
+// refuses a body not declared application/json (415), stores the update and
+// only then answers 200, so an update Telegram saw accepted is never lost; a
+// repeated delivery is stored once.
 func (o *Onboarding) handleWebhook(w http.ResponseWriter, r *http.Request) error {
 	// The secret first: a caller without it learns nothing, not even the mode.
 	// A presented secret is an attempt on the shared throttle.
@@ -174,6 +175,9 @@ func (o *Onboarding) handleWebhook(w http.ResponseWriter, r *http.Request) error
 	}
 	if o.mode != UpdatesWebhook {
 		return httpjson.NotFound("this bot receives updates by long polling")
+	}
+	if err := httpjson.RequireJSON(r); err != nil {
+		return err // Telegram declares every update application/json
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxWebhookBody+1))
 	if err != nil {

@@ -70,7 +70,7 @@ func TestAuthThrottle(t *testing.T) {
 		be.Routes(r)
 		ob.Routes(r)
 		hook := func(secret string) int {
-			return serveFrom(r, guesser, "POST", "/webhooks/bot", http.Header{"X-Telegram-Bot-Api-Secret-Token": {secret}}, `{"update_id":1}`).Code
+			return serveFrom(r, guesser, "POST", "/webhooks/bot", http.Header{"X-Telegram-Bot-Api-Secret-Token": {secret}, "Content-Type": {"application/json"}}, `{"update_id":1}`).Code
 		}
 		for range 3 {
 			if code := serveFrom(r, guesser, "GET", "/bot/user/state?telegramId=1", bearer("wrong-secret-guess"), "").Code; code != http.StatusUnauthorized {

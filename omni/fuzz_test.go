@@ -208,7 +208,7 @@ func FuzzInboundWebhook(f *testing.F) {
 	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, secret string, body []byte) {
 		before := commits.Version(t)
-		rec := fuzzDo(h, http.MethodPost, WebhookPath, http.Header{WebhookSecretHeader: {secret}}, body)
+		rec := fuzzDo(h, http.MethodPost, WebhookPath, http.Header{WebhookSecretHeader: {secret}, "Content-Type": {"application/json"}}, body)
 		refused := checkRefusal(t, "webhook", rec)
 		if secret != testSecret && rec.Code != http.StatusUnauthorized {
 			t.Fatalf("secret %q: %d, want 401", secret, rec.Code)

@@ -109,11 +109,12 @@ func (in *Inbound) Routes(r *mux.Router) {
 
 // webhook answers 200 only once the envelope is committed on receiver.flow
 // (or was already: a duplicate delivery), 401 to a wrong or missing secret,
-// 429 to a client throttled for wrong secrets (authlimit), 413 to a body over
-// the cap, 400 to a body that is not a UTF-8 JSON object with an integer
-// update_id, and 503 when the enqueue failed, so that Telegram delivers the
-// update again. Every other body is an update and is stored, whatever its
-// type and content: a 4xx would make Telegram drop it for good.
+// 429 to a client throttled for wrong secrets (authlimit), 415 to a body not
+// declared application/json, 413 to a body over the cap, 400 to a body that
+// is not a UTF-8 JSON object with an integer update_id, and 503 when the
+// enqueue failed, so that Telegram delivers the update again. Every other
+// body is an update and is stored, whatever its type and content: a 4xx
+// would make Telegram drop it for good.
 func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	secret := r.Header.Get(WebhookSecretHeader)
@@ -132,6 +133,11 @@ func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 	case authlimit.Refused:
 		metricWebhookUpdates.WithLabelValues(webhookUnauthorized).Inc()
 		return httpjson.Unauthorized()
+	}
+	if err := httpjson.RequireJSON(r); err != nil {
+		// Telegram declares every update application/json.
+		metricWebhookUpdates.WithLabelValues("bad_request").Inc()
+		return err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, in.maxBody))
 	if err != nil {

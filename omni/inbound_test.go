@@ -84,6 +84,37 @@ func TestInboundWebhook(t *testing.T) {
 		}
 	})
 
+	t.Run("an update not declared application/json is 415 and enqueues nothing", func(t *testing.T) {
+		t.Parallel()
+		db, base := newInboundServer(t)
+		body := update(1, "message", privateMessage(42, 1, "hi", t0))
+		for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded", "application/problem+json"} {
+			req, err := http.NewRequest(http.MethodPost, base+WebhookPath, bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set(WebhookSecretHeader, testSecret)
+			if ct != "" {
+				req.Header.Set("Content-Type", ct)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(string(raw), `"code":"unsupported_media_type"`) {
+				t.Errorf("Content-Type %q: %d %s, want 415", ct, res.StatusCode, raw)
+			}
+		}
+		if n := len(flowBodies(t, db)); n != 0 {
+			t.Errorf("%d jobs enqueued, want none", n)
+		}
+		if status, answer := postUpdate(t, base, testSecret, body); status != http.StatusOK {
+			t.Fatalf("the same update as application/json: %d %s", status, answer)
+		}
+	})
+
 	t.Run("a body that is not an update is 400 and enqueues nothing", func(t *testing.T) {
 		t.Parallel()
 		db, base := newInboundServer(t)

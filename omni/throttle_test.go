@@ -23,6 +23,7 @@ func TestInboundWebhookThrottle(t *testing.T) {
 	post := func(addr, secret string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, WebhookPath, bytes.NewReader(body))
 		req.RemoteAddr = addr
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(WebhookSecretHeader, secret)
 		rec := httptest.NewRecorder()
 		r.ServeHTTP(rec, req)

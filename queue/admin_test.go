@@ -42,7 +42,7 @@ func call(t testing.TB, method, url, body string) reply {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if body != "" {
+	if method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := http.DefaultClient.Do(req)

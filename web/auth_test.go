@@ -73,7 +73,9 @@ func withCookie(req *http.Request, c *http.Cookie) *http.Request {
 func opens(t *testing.T, srv http.Handler, c *http.Cookie) bool {
 	t.Helper()
 	page := send(srv, "192.0.2.1:1", withCookie(httptest.NewRequest(http.MethodGet, "/admin/queues", nil), c))
-	api := send(srv, "192.0.2.1:1", withCookie(httptest.NewRequest(http.MethodPost, "/admin/api/echo", strings.NewReader(`{"name":"x"}`)), c))
+	echo := httptest.NewRequest(http.MethodPost, "/admin/api/echo", strings.NewReader(`{"name":"x"}`))
+	echo.Header.Set("Content-Type", "application/json")
+	api := send(srv, "192.0.2.1:1", withCookie(echo, c))
 	switch {
 	case page.Code == http.StatusOK && api.Code == http.StatusOK:
 		return true

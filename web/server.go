@@ -10,7 +10,9 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -106,7 +108,7 @@ func New(opts Options) *Server {
 	r := mux.NewRouter()
 	r.Use(captureRoute)
 	r.NotFoundHandler = httpjson.NotFoundHandler
-	r.MethodNotAllowedHandler = httpjson.MethodNotAllowedHandler
+	r.MethodNotAllowedHandler = httpjson.MethodNotAllowed(func(req *http.Request) []string { return allowedMethods(r, req) })
 
 	r.Handle("/healthz", httpjson.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", httpjson.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
@@ -131,7 +133,7 @@ func New(opts Options) *Server {
 	apiRoot := mux.NewRouter()
 	apiRoot.Use(captureRoute)
 	apiRoot.NotFoundHandler = r.NotFoundHandler
-	apiRoot.MethodNotAllowedHandler = r.MethodNotAllowedHandler
+	apiRoot.MethodNotAllowedHandler = httpjson.MethodNotAllowed(func(req *http.Request) []string { return allowedMethods(apiRoot, req) })
 	api := apiRoot.PathPrefix("/admin/api").Subrouter()
 	for _, mount := range opts.Admin {
 		mount(api)
@@ -158,6 +160,29 @@ func New(opts Options) *Server {
 	h = observe(opts.Logger, h)
 	s.handler = h
 	return s
+}
+
+// allowedMethods lists, sorted, the methods of router's routes whose path
+// matches req: the Allow header of a 405. It walks the routes, so it costs
+// only when a 405 is answered.
+func allowedMethods(router *mux.Router, req *http.Request) []string {
+	seen := map[string]bool{}
+	_ = router.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		methods, err := route.GetMethods()
+		if err != nil || route.GetHandler() == nil {
+			return nil
+		}
+		for _, m := range methods {
+			probe := req.Clone(req.Context())
+			probe.Method = m
+			var match mux.RouteMatch
+			if route.Match(probe, &match) && match.MatchErr == nil {
+				seen[m] = true
+			}
+		}
+		return nil
+	})
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // Walk visits every route the server answers — its own, the console's and

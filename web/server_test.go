@@ -173,6 +173,28 @@ func TestBodies(t *testing.T) {
 	})
 }
 
+func TestMethodNotAllowedListsAllow(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, storetest.New(t))
+	cases := []struct {
+		name, method, path, token, allow string
+	}{
+		{"a root route lists its methods", http.MethodPost, "/healthz", "", "GET, HEAD"},
+		{"a route of one method lists it", http.MethodDelete, "/metrics", "", "GET"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, eb := do(t, request(t, c.method, srv.URL+c.path, c.token, ""))
+			if resp.StatusCode != http.StatusMethodNotAllowed || eb.Error.Code != "method_not_allowed" {
+				t.Fatalf("status %d code %q, want 405 method_not_allowed", resp.StatusCode, eb.Error.Code)
+			}
+			if got := resp.Header.Get("Allow"); got != c.allow {
+				t.Fatalf("Allow %q, want %q (RFC 9110 asks a 405 to list the methods)", got, c.allow)
+			}
+		})
+	}
+}
+
 func TestCrossOrigin(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, storetest.New(t))
