@@ -304,9 +304,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	m, known := methods[strings.ToLower(methodName)]
 	if !known {
-		ans := answer{err: &apiError{code: http.StatusNotFound,
-			description: fmt.Sprintf("Not Found: method %q is not implemented by the fake Bot API", methodName)}}
-		s.finish(w, token, botID, methodName, p, ans, "")
+		// Telegram's own answer to a method it does not have.
+		s.finish(w, token, botID, methodName, p, answer{err: errNotFound}, "")
 		return
 	}
 
