@@ -75,7 +75,7 @@ func (a answer) marshaled() answer {
 	return a
 }
 
-func (s *Server) getMe(b *botState, _ params) answer { return answer{result: b.me} }
+func (s *Server) getMe(b *botState, _ params) answer { return answer{result: b.getMe()} }
 
 // maxPollWait bounds how long one getUpdates call waits, whatever timeout it
 // asks for, so that no caller holds a connection without end.
