@@ -377,6 +377,10 @@ func (s *Server) sendMessage(b *botState, p params) answer {
 	if err != nil {
 		return answer{err: err}
 	}
+	// The request is valid: only now do the limits count it.
+	if err := s.admit(b, cs.chat.ID); err != nil {
+		return answer{err: err}
+	}
 	me := b.me
 	m := telego.Message{From: &me, Chat: cs.chat, Date: s.now().Unix(), Text: p["text"], ReplyMarkup: markup}
 	if conn != nil {

@@ -41,7 +41,11 @@ type Opts struct {
 	// failed webhook deliveries (100 ms and 5 s when zero).
 	WebhookRetryMin, WebhookRetryMax time.Duration
 	// Limits, when set, makes sendMessage answer 429 with retry_after once a
-	// chat or a bot goes over them (see RateLimited).
+	// chat, a group or the bot goes over them (see RateLimited); a zero field
+	// takes its value from TelegramLimits, so &telegram.Limits{} is Telegram
+	// as the fake models it. Limits are checked after the request is
+	// validated: a send that is wrong gets its 400 or 403, never a 429. Nil
+	// enforces no limits.
 	Limits *telegram.Limits
 	// LimitSlack forgives clients' timing jitter when enforcing Limits: a
 	// send that would be allowed within LimitSlack is accepted. 100 ms when
@@ -164,7 +168,7 @@ func New(opts Opts) *Server {
 		s.csrf = http.NewCrossOriginProtection()
 	}
 	if opts.Limits != nil {
-		s.limiter = telegram.NewLimiter(*opts.Limits)
+		s.limiter = telegram.NewLimiter(fakeLimits(*opts.Limits))
 		s.slack = opts.LimitSlack
 		if s.slack == 0 {
 			s.slack = 100 * time.Millisecond
@@ -354,9 +358,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ans = s.getUpdates(r.Context(), b, p)
 	} else {
 		s.mu.Lock()
-		if ans.err = s.enforceLimits(b, m.name, p); ans.err == nil {
-			ans = m.fn(s, b, p).marshaled()
-		}
+		ans = m.fn(s, b, p).marshaled()
 		s.mu.Unlock()
 	}
 	s.finish(w, token, botID, m.name, p, ans, faultKindOf(f))
