@@ -166,8 +166,8 @@ func TestRateLimits(t *testing.T) {
 			wantAPIError(t, err, 400, "Bad Request: chat not found")
 			_, err = send(ctx, e.bot, user(1).ID, "to a user who blocked the bot")
 			wantAPIError(t, err, 403, "Forbidden: bot was blocked by the user")
-			_, err = e.bot.SendMessage(ctx, &telego.SendMessageParams{ChatID: telego.ChatID{ID: user(0).ID}, Text: "x", ParseMode: "BBCode"})
-			wantAPIError(t, err, 400, "Bad Request: unsupported parse_mode")
+			_, err = e.bot.SendMessage(ctx, &telego.SendMessageParams{ChatID: telego.ChatID{ID: user(0).ID}, Text: "<b>x", ParseMode: "HTML"})
+			wantAPIError(t, err, 400, `Bad Request: can't parse entities: Can't find end tag corresponding to start tag "b"`)
 			_, err = e.bot.SendMessage(ctx, &telego.SendMessageParams{ChatID: telego.ChatID{ID: user(0).ID}, Text: "x",
 				ReplyMarkup: keyboard([]telego.InlineKeyboardButton{{Text: "plain"}})})
 			wantAPIError(t, err, 400, "Bad Request: text buttons are unallowed in the inline keyboard")
