@@ -357,11 +357,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		ans = s.getUpdates(r.Context(), b, p)
 	} else {
-		s.mu.Lock()
-		ans = m.fn(s, b, p).marshaled()
-		s.mu.Unlock()
+		ans = s.call(m, b, p)
 	}
 	s.finish(w, token, botID, m.name, p, ans, faultKindOf(f))
+}
+
+// call runs a method with the lock held, releasing it even if the method
+// panics (net/http recovers the request; the fake goes on answering).
+func (s *Server) call(m method, b *botState, p params) answer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return m.fn(s, b, p).marshaled()
 }
 
 func faultKindOf(f *Fault) FaultKind {
