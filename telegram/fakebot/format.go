@@ -1,11 +1,13 @@
 package fakebot
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/mymmrac/telego"
@@ -989,10 +991,12 @@ func checkLink(link string) (string, bool) {
 	return scheme + "://" + userinfo + host + port + path, true
 }
 
-// formatText is what Telegram makes of text sent with parse_mode: the text
-// without markup and its entities, in Bot API form. users are the users the
-// bot may mention. An error is the Bot API's 400.
-func formatText(text, parseMode string, users userLookup) (string, []telego.MessageEntity, *apiError) {
+// formatText is what Telegram makes of text sent with parse_mode, or with
+// explicit entities (the entities parameter, JSON; read only without a
+// parse mode, as the Bot API does): the text without markup and its
+// entities, in Bot API form. users are the users the bot may mention. An
+// error is the Bot API's 400.
+func formatText(text, parseMode, explicit string, users userLookup) (string, []telego.MessageEntity, *apiError) {
 	if text == "" {
 		return "", nil, badRequest("message text is empty")
 	}
@@ -1003,6 +1007,12 @@ func formatText(text, parseMode string, users userLookup) (string, []telego.Mess
 	var perr formatError
 	switch strings.ToLower(parseMode) {
 	case "":
+		if explicit != "" {
+			var err *apiError
+			if ents, err = explicitEntities(text, explicit, users); err != nil {
+				return "", nil, err
+			}
+		}
 	case "html":
 		text, ents, perr = parseHTML(text, users)
 	case "markdownv2":
@@ -1043,6 +1053,99 @@ func formatText(text, parseMode string, users userLookup) (string, []telego.Mess
 		out = nil
 	}
 	return text, out, nil
+}
+
+// explicitEntities reads the entities parameter for text: the kinds a bot
+// may set (the ones Telegram finds by itself, such as mention or url, are
+// dropped, as Telegram drops them), with their bounds checked against the
+// text in UTF-16 code units as TDLib checks them.
+func explicitEntities(text, raw string, users userLookup) ([]entity, *apiError) {
+	var list []telego.MessageEntity
+	if json.Unmarshal([]byte(raw), &list) != nil {
+		return nil, badRequest("can't parse entities JSON object")
+	}
+	// starts[u] is whether UTF-16 offset u begins a character, and at its
+	// byte offset.
+	starts := map[int]int{}
+	u16 := 0
+	for i, r := range text {
+		starts[u16] = i
+		u16 += utf16.RuneLen(r)
+	}
+	starts[u16] = len(text)
+	var ents []entity
+	for _, me := range list {
+		e := entity{offset: me.Offset, length: me.Length}
+		switch me.Type {
+		case telego.EntityTypeBold:
+			e.kind = kindBold
+		case telego.EntityTypeItalic:
+			e.kind = kindItalic
+		case telego.EntityTypeUnderline:
+			e.kind = kindUnderline
+		case telego.EntityTypeStrikethrough:
+			e.kind = kindStrikethrough
+		case telego.EntityTypeSpoiler:
+			e.kind = kindSpoiler
+		case telego.EntityTypeCode:
+			e.kind = kindCode
+		case telego.EntityTypePre:
+			e.kind = kindPre
+			if me.Language != "" {
+				e.kind, e.arg = kindPreCode, me.Language
+			}
+		case telego.EntityTypeBlockquote:
+			e.kind = kindBlockquote
+		case telego.EntityTypeExpandableBlockquote:
+			e.kind = kindExpandableBlockquote
+		case telego.EntityTypeTextLink:
+			url, ok := checkLink(me.URL)
+			if !ok {
+				return nil, badRequest("can't parse MessageEntity: wrong URL specified")
+			}
+			e.kind, e.arg = kindTextURL, url
+		case telego.EntityTypeTextMention:
+			if me.User == nil {
+				return nil, badRequest("can't parse MessageEntity: field \"user\" must be of type Object")
+			}
+			if _, known := users(me.User.ID); !known {
+				return nil, badRequest("have no access to the user")
+			}
+			e.kind, e.userID = kindMentionName, me.User.ID
+		case telego.EntityTypeCustomEmoji:
+			id, err := strconv.ParseInt(me.CustomEmojiID, 10, 64)
+			if err != nil || id == 0 {
+				return nil, badRequest("invalid custom emoji identifier specified")
+			}
+			e.kind, e.arg = kindCustomEmoji, strconv.FormatInt(id, 10)
+		case telego.EntityTypeMention, telego.EntityTypeHashtag, telego.EntityTypeCashtag, telego.EntityTypeBotCommand,
+			telego.EntityTypeURL, telego.EntityTypeEmail, telego.EntityTypePhoneNumber:
+			continue
+		default:
+			return nil, badRequest("can't parse MessageEntity: unsupported type specified")
+		}
+		switch {
+		case e.offset < 0 || e.offset > 1000000:
+			return nil, badRequest(fmt.Sprintf("receive an entity with incorrect offset %d", e.offset))
+		case e.length < 0 || e.length > 1000000:
+			return nil, badRequest(fmt.Sprintf("receive an entity with incorrect length %d", e.length))
+		case e.length == 0:
+			continue
+		case e.offset > u16:
+			return nil, badRequest(fmt.Sprintf("entity begins after the end of the text at UTF-16 offset %d", e.offset))
+		case e.end() > u16:
+			return nil, badRequest(fmt.Sprintf("entity beginning at UTF-16 offset %d ends after the end of the text at UTF-16 offset %d", e.offset, e.end()))
+		}
+		if _, ok := starts[e.offset]; !ok {
+			return nil, badRequest(fmt.Sprintf("entity begins in a middle of a UTF-16 symbol at byte offset %d", starts[e.offset-1]+4))
+		}
+		if _, ok := starts[e.end()]; !ok {
+			return nil, badRequest(fmt.Sprintf("entity beginning at UTF-16 offset %d ends in a middle of a UTF-16 symbol at byte offset %d", e.offset, starts[e.end()-1]+4))
+		}
+		ents = append(ents, e)
+	}
+	sortEntities(ents)
+	return ents, nil
 }
 
 // commonUser is u without the fields the Bot API returns only in getMe.

@@ -8,10 +8,10 @@ import (
 	"github.com/mymmrac/telego"
 )
 
-// FuzzFormatText checks that no text, in any parse mode, makes the parser
-// panic (a handler runs with the fake's lock held) and that what it accepts
-// is well formed: valid UTF-8, entities inside the text, on character
-// bounds, sorted as Telegram sorts them.
+// FuzzFormatText checks that no text, in any parse mode or with any
+// explicit entities, makes the parser panic (a handler runs with the fake's
+// lock held) and that what it accepts is well formed: valid UTF-8, entities
+// inside the text, on character bounds, sorted as Telegram sorts them.
 //
 //	go test -run '^$' -fuzz FuzzFormatText -fuzztime 60s ./telegram/fakebot/
 func FuzzFormatText(f *testing.F) {
@@ -25,12 +25,14 @@ func FuzzFormatText(f *testing.F) {
 		"<a href=\"tg:ȺȺȺȺȺ\">x</a>", "<a href=\"ȺȺ://x.com\">x</a>", "<İ>x</İ>", "HTTPȺ://x.com \u212aHTTPS://y.com",
 	} {
 		for _, mode := range []string{"HTML", "MarkdownV2", "Markdown", ""} {
-			f.Add(seed, mode)
+			f.Add(seed, mode, "")
 		}
+		f.Add(seed, "", `[{"type":"bold","offset":0,"length":3},{"type":"pre","offset":1,"length":2,"language":"go"},`+
+			`{"type":"text_link","offset":2,"length":1,"url":"x.com"},{"type":"text_mention","offset":0,"length":1,"user":{"id":1}}]`)
 	}
 	users := func(id int64) (telego.User, bool) { return telego.User{ID: id, FirstName: "U"}, id == 1 }
-	f.Fuzz(func(t *testing.T, text, mode string) {
-		out, ents, err := formatText(text, mode, users)
+	f.Fuzz(func(t *testing.T, text, mode, explicit string) {
+		out, ents, err := formatText(text, mode, explicit, users)
 		if err != nil {
 			if err.code != 400 {
 				t.Fatalf("error %d %q", err.code, err.description)

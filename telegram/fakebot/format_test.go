@@ -229,3 +229,74 @@ func TestParseModeErrors(t *testing.T) {
 		}
 	})
 }
+
+func TestExplicitEntities(t *testing.T) {
+	t.Parallel()
+	fake, url := start(t, fakebot.Opts{})
+	const botID = 82
+	if _, err := fake.Bot(fakebot.Token(botID)).Start(alice, ""); err != nil {
+		t.Fatal(err)
+	}
+	bot := client(t, url, botID)
+	send := func(text string, entities ...telego.MessageEntity) (*telego.Message, error) {
+		return bot.SendMessage(ctxFor(t, 5*time.Second), &telego.SendMessageParams{
+			ChatID: telego.ChatID{ID: alice.ID}, Text: text, Entities: entities})
+	}
+
+	t.Run("entities sent with the text are normalised as Telegram stores them", func(t *testing.T) {
+		m, err := send(" 😀 bold and a link @alice_bot ",
+			ent("bold", 1, 7),    // 😀 bold
+			ent("italic", 4, 4),  // bold, inside the bold
+			ent("mention", 0, 1), // Telegram finds mentions itself
+			telego.MessageEntity{Type: "text_link", Offset: 15, Length: 4, URL: "Example.com"},
+			telego.MessageEntity{Type: "text_mention", Offset: 20, Length: 10, User: &alice},
+			ent("code", 2, 0)) // empty: dropped
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := json.Marshal(m.Entities)
+		want, _ := json.Marshal([]telego.MessageEntity{
+			ent("bold", 0, 3), ent("bold", 3, 4), ent("italic", 3, 4),
+			{Type: "text_link", Offset: 14, Length: 4, URL: "http://example.com/"},
+			{Type: "text_mention", Offset: 19, Length: 10, User: &alice},
+		})
+		if m.Text != "😀 bold and a link @alice_bot" || string(got) != string(want) {
+			t.Fatalf("text %q\n got %s\nwant %s", m.Text, got, want)
+		}
+	})
+
+	t.Run("a parse mode wins over entities", func(t *testing.T) {
+		m, err := bot.SendMessage(ctxFor(t, 5*time.Second), &telego.SendMessageParams{ChatID: telego.ChatID{ID: alice.ID},
+			Text: "<i>x</i>", ParseMode: "HTML", Entities: []telego.MessageEntity{ent("bold", 0, 1)}})
+		if err != nil || m.Text != "x" || len(m.Entities) != 1 || m.Entities[0].Type != "italic" {
+			t.Fatalf("message %+v, %v", m, err)
+		}
+	})
+
+	for _, c := range []struct {
+		name     string
+		text     string
+		entities []telego.MessageEntity
+		want     string
+	}{
+		{"an entity past the end", "abc", []telego.MessageEntity{ent("bold", 4, 1)},
+			"Bad Request: entity begins after the end of the text at UTF-16 offset 4"},
+		{"an entity running past the end", "abc", []telego.MessageEntity{ent("bold", 1, 3)},
+			"Bad Request: entity beginning at UTF-16 offset 1 ends after the end of the text at UTF-16 offset 4"},
+		{"an entity starting inside a surrogate pair", "a😀b", []telego.MessageEntity{ent("bold", 2, 1)},
+			"Bad Request: entity begins in a middle of a UTF-16 symbol at byte offset 5"},
+		{"an entity ending inside a surrogate pair", "a😀b", []telego.MessageEntity{ent("bold", 0, 2)},
+			"Bad Request: entity beginning at UTF-16 offset 0 ends in a middle of a UTF-16 symbol at byte offset 5"},
+		{"a negative offset", "abc", []telego.MessageEntity{ent("bold", -1, 1)},
+			"Bad Request: receive an entity with incorrect offset -1"},
+		{"a type the Bot API does not have", "abc", []telego.MessageEntity{ent("blink", 0, 1)},
+			"Bad Request: can't parse MessageEntity: unsupported type specified"},
+		{"a mention of a user the bot never met", "abc", []telego.MessageEntity{{Type: "text_mention", Offset: 0, Length: 1, User: &telego.User{ID: 31337, FirstName: "X"}}},
+			"Bad Request: have no access to the user"},
+	} {
+		t.Run(c.name+" is refused", func(t *testing.T) {
+			_, err := send(c.text, c.entities...)
+			wantAPIError(t, err, 400, c.want)
+		})
+	}
+}

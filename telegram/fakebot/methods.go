@@ -312,11 +312,11 @@ func (s *Server) target(b *botState, p params) (*chatState, *telego.BusinessConn
 	return cs, nil, nil
 }
 
-// formatted validates a message's text and parse_mode as sendMessage and
-// editMessageText do, and returns what Telegram stores: the text without
-// markup and its entities (see formatText).
+// formatted validates a message's text, parse_mode and entities as
+// sendMessage and editMessageText do, and returns what Telegram stores: the
+// text without markup and its entities (see formatText).
 func (s *Server) formatted(p params) (string, []telego.MessageEntity, *apiError) {
-	return formatText(p["text"], p["parse_mode"], func(id int64) (telego.User, bool) {
+	return formatText(p["text"], p["parse_mode"], p["entities"], func(id int64) (telego.User, bool) {
 		u, ok := s.users[id]
 		return u, ok
 	})
