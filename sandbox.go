@@ -11,6 +11,7 @@ import (
 
 	"switchyard/omni"
 	"switchyard/store"
+	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
 )
 
@@ -76,9 +77,11 @@ func newSandbox(ctx context.Context, cfg *config, db *store.DB, u urls, log *slo
 		hooks[b.id] = b.hook
 	}
 	// Update ids start from the clock: the bots remember the ids they saw
-	// (offsets, dedup keys) across restarts; the fake does not.
+	// (offsets, dedup keys) across restarts; the fake does not. Sends meet
+	// Telegram's rate limits, as the fake models them.
 	sb.server = fakebot.New(fakebot.Opts{
 		BasePath: sandboxPath, Log: log.With(slog.String("subsystem", "sandbox")),
+		Limits:            &telegram.Limits{},
 		FirstUpdateID:     fakebot.UpdateIDFromClock(),
 		Tokens:            tokens,
 		CheckWebhookFunc:  ownWebhooks(u, hooks),

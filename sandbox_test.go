@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,6 +168,65 @@ func TestSandboxBotAPI(t *testing.T) {
 			if a := sandboxCall(t, base, tokens[name], "deleteWebhook", nil, nil); a.status != http.StatusOK || !a.ok {
 				t.Fatalf("%s bot, deleteWebhook: %+v", name, a)
 			}
+		}
+	})
+
+	t.Run("sends meet Telegram's rate limits, checked after the request is validated", func(t *testing.T) {
+		const userID = 424242
+		req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/admin/api/sandbox/users/%d/start", base, userID),
+			strings.NewReader(`{"bot":"chat","firstName":"Rate"}`))
+		req.Header.Set("Authorization", "Bearer "+w.sec.AdminToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("start: %d", resp.StatusCode)
+		}
+		// Twenty at once: a chat takes a short burst, then one a second,
+		// however slowly this machine serves them.
+		type answer struct {
+			status int
+			body   string
+			err    error
+		}
+		answers := make([]answer, 20)
+		var wg sync.WaitGroup
+		for i := range answers {
+			wg.Go(func() {
+				form := url.Values{"chat_id": {strconv.Itoa(userID)}, "text": {"burst " + strconv.Itoa(i)}}
+				resp, err := http.PostForm(base+sandboxPath+"/bot"+tokens["chat"]+"/sendMessage", form)
+				if err != nil {
+					answers[i].err = err
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				answers[i] = answer{status: resp.StatusCode, body: string(body)}
+			})
+		}
+		wg.Wait()
+		sent, limited := 0, 0
+		for _, a := range answers {
+			switch {
+			case a.err != nil:
+				t.Fatal(a.err)
+			case a.status == http.StatusOK:
+				sent++
+			case a.status == http.StatusTooManyRequests && strings.Contains(a.body, `"parameters":{"retry_after":`):
+				limited++
+			default:
+				t.Errorf("sendMessage: %d %s", a.status, a.body)
+			}
+		}
+		if sent < 3 || limited == 0 {
+			t.Fatalf("%d sent and %d answered 429 of 20 sent at once", sent, limited)
+		}
+		// Over the limit, a wrong send still gets its own error.
+		if a := sandboxCall(t, base, tokens["chat"], "sendMessage", url.Values{"chat_id": {strconv.Itoa(userID)}, "text": {""}}, nil); a.status != http.StatusBadRequest || a.description != "Bad Request: message text is empty" {
+			t.Fatalf("an empty text over the limit: %+v", a)
 		}
 	})
 

@@ -13,7 +13,9 @@
 // "parameters":{"retry_after":N}}, with the HTTP status equal to error_code.
 // Parameters are read from JSON, urlencoded and multipart bodies and the
 // query string, as Telegram does. Methods lists what is implemented; any
-// other method answers 404.
+// other method answers Telegram's 404 "Not Found". getMe alone returns the
+// getMe-only User fields, all of them; the bot's User elsewhere has the
+// common fields only.
 //
 // Guarantees:
 //
@@ -25,9 +27,14 @@
 //     until an offset confirms it) or, while a webhook is set, posted one at
 //     a time with X-Telegram-Bot-Api-Secret-Token, retried with backoff until
 //     the webhook answers 2xx.
-//   - Injected faults (AddFault) and rate-limit enforcement (Opts.Limits)
-//     answer exactly as Telegram does: 403, 429 with retry_after, 500, slow
-//     answers, dropped connections.
+//   - A request is validated before anything else counts it: a wrong send
+//     gets its 400 or 403, and only a valid one spends the rate limits
+//     (Opts.Limits, TelegramLimits), whose 429 carries retry_after.
+//   - parse_mode HTML, MarkdownV2 and Markdown make the text and entities
+//     Telegram makes (offsets in UTF-16 code units), or Telegram's 400
+//     "can't parse entities" for markup it refuses.
+//   - Injected faults (AddFault) answer exactly as Telegram does: 403, 429
+//     with retry_after, 500, slow answers, dropped connections.
 //   - The read model (Bots, Bot.View, Bot.Chats) returns copies and is safe
 //     to read while bots and users act.
 package fakebot

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"switchyard/telegram"
 )
 
@@ -94,18 +96,50 @@ func (s *Server) pickFault(token, method string, p params) *Fault {
 	return nil
 }
 
-// limitedMethods are the calls Opts.Limits applies to: sending messages.
-var limitedMethods = map[string]bool{"sendMessage": true}
-
-// enforceLimits answers 429 when a send goes over Opts.Limits; call with
-// s.mu held.
-func (s *Server) enforceLimits(b *botState, method string, p params) *apiError {
-	if s.limiter == nil || !limitedMethods[method] {
-		return nil
+// TelegramLimits is how the fake models the limits Telegram applies to a
+// bot's messages (the Bots FAQ: "avoid sending more than one message per
+// second" in a chat, "we may allow short bursts"; "not more than 30 messages
+// per second or so" in all; "not more than 20 messages per minute to the same
+// group"). Telegram publishes rates, not bursts: the bursts are the fake's
+// reading of "short bursts" — a chat takes 3 messages at once, a group 20 (the
+// 20 of a minute), a bot 30 (one second's worth) — so that a client keeping to
+// the published rates never sees a 429, and one that keeps going faster does
+// within seconds. A Limits field left zero in Opts.Limits takes its value
+// from here.
+func TelegramLimits() telegram.Limits {
+	return telegram.Limits{
+		Chat:  telegram.Limit{Rate: 1, Burst: 3},
+		Group: telegram.Limit{Rate: rate.Limit(20.0 / 60.0), Burst: 20},
+		Bot:   telegram.Limit{Rate: 30, Burst: 30},
 	}
-	chatID, ok, err := p.int64("chat_id")
-	if err != nil || !ok {
-		return nil // the method itself rejects it
+}
+
+// fakeLimits fills the zero fields of l from TelegramLimits: a zero Rate
+// takes the whole bucket, a Burst below one only the burst.
+func fakeLimits(l telegram.Limits) telegram.Limits {
+	model := TelegramLimits()
+	fill := func(v *telegram.Limit, def telegram.Limit) {
+		if v.Rate == 0 {
+			*v = def
+		}
+		if v.Burst < 1 {
+			v.Burst = def.Burst
+		}
+	}
+	fill(&l.Chat, model.Chat)
+	fill(&l.Group, model.Group)
+	fill(&l.Bot, model.Bot)
+	return l
+}
+
+// admit spends one message of the chat's, the group's and the bot's limits,
+// or answers 429 with retry_after when they are spent. Methods call it once
+// a send is valid and just before it takes effect, as Telegram does: a
+// request that is wrong gets its 400 or 403 whatever the pace. Call with
+// s.mu held.
+func (s *Server) admit(b *botState, chatID int64) *apiError {
+	if s.limiter == nil {
+		return nil
 	}
 	now := s.now()
 	at, allowed := s.limiter.TakeWithin(telegram.Chat{Bot: b.me.ID, ID: chatID}, now, s.slack)

@@ -9,9 +9,7 @@ import (
 
 	"github.com/mymmrac/telego"
 	ta "github.com/mymmrac/telego/telegoapi"
-	"golang.org/x/time/rate"
 
-	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
 )
 
@@ -130,83 +128,6 @@ func TestFaults(t *testing.T) {
 		first, second := count(), count()
 		if first < 10 || first > 50 || first != second {
 			t.Fatalf("failed %d and %d of 100 with p=0.3 and one seed", first, second)
-		}
-	})
-}
-
-func TestRateLimitEnforcement(t *testing.T) {
-	t.Parallel()
-
-	t.Run("a second message to a chat within a second gets 429 and other chats do not", func(t *testing.T) {
-		t.Parallel()
-		clock := &manualClock{now: time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)}
-		limits := telegram.DefaultLimits()
-		fake, url := start(t, fakebot.Opts{Now: clock.Now, Limits: &limits, LimitSlack: -1})
-		fb := fake.Bot(fakebot.Token(60))
-		for _, u := range []telego.User{alice, bob} {
-			if _, err := fb.Start(u, ""); err != nil {
-				t.Fatal(err)
-			}
-		}
-		bot := client(t, url, 60)
-		ctx := ctxFor(t, 5*time.Second)
-		if _, err := send(ctx, bot, alice.ID, "1"); err != nil {
-			t.Fatal(err)
-		}
-		_, err := send(ctx, bot, alice.ID, "2")
-		if e := apiErr(t, err); e.ErrorCode != 429 || e.Parameters == nil || e.Parameters.RetryAfter != 1 {
-			t.Fatalf("second send = %v", err)
-		}
-		clock.Advance(40 * time.Millisecond) // the bot limit (30/s) allows the next chat
-		if _, err := send(ctx, bot, bob.ID, "to bob"); err != nil {
-			t.Fatalf("another chat was limited: %v", err)
-		}
-		clock.Advance(time.Second)
-		if _, err := send(ctx, bot, alice.ID, "2 again"); err != nil {
-			t.Fatalf("after a second: %v", err)
-		}
-		if fake.RateLimited() != 1 {
-			t.Fatalf("RateLimited = %d, want 1", fake.RateLimited())
-		}
-	})
-
-	t.Run("the bot limit holds across chats and groups get 20 a minute", func(t *testing.T) {
-		t.Parallel()
-		clock := &manualClock{now: time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)}
-		limits := telegram.Limits{Chat: telegram.Limit{Rate: rate.Inf}, Bot: telegram.Limit{Rate: 30, Burst: 1}}
-		fake, url := start(t, fakebot.Opts{Now: clock.Now, Limits: &limits, LimitSlack: -1})
-		fb := fake.Bot(fakebot.Token(61))
-		for _, u := range []telego.User{alice, bob} {
-			if _, err := fb.Start(u, ""); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := fb.AddGroup(-100, "Team"); err != nil {
-			t.Fatal(err)
-		}
-		bot := client(t, url, 61)
-		ctx := ctxFor(t, 5*time.Second)
-		if _, err := send(ctx, bot, alice.ID, "a"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := send(ctx, bot, bob.ID, "b"); err == nil || apiErr(t, err).ErrorCode != 429 {
-			t.Fatalf("a second chat in the same instant passed the bot limit: %v", err)
-		}
-		clock.Advance(time.Second / 30)
-		if _, err := send(ctx, bot, -100, "g1"); err != nil {
-			t.Fatal(err)
-		}
-		clock.Advance(time.Second)
-		_, err := send(ctx, bot, -100, "g2")
-		if e := apiErr(t, err); e.ErrorCode != 429 || e.Parameters.RetryAfter != 2 {
-			t.Fatalf("second group message a second later = %v (want retry after 2 s)", err)
-		}
-		clock.Advance(2 * time.Second)
-		if _, err := send(ctx, bot, -100, "g2"); err != nil {
-			t.Fatal(err)
-		}
-		if fake.RateLimited() != 2 {
-			t.Fatalf("RateLimited = %d, want 2", fake.RateLimited())
 		}
 	})
 }

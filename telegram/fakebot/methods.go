@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/mymmrac/telego"
 )
@@ -75,7 +74,7 @@ func (a answer) marshaled() answer {
 	return a
 }
 
-func (s *Server) getMe(b *botState, _ params) answer { return answer{result: b.me} }
+func (s *Server) getMe(b *botState, _ params) answer { return answer{result: b.getMe()} }
 
 // maxPollWait bounds how long one getUpdates call waits, whatever timeout it
 // asks for, so that no caller holds a connection without end.
@@ -313,22 +312,14 @@ func (s *Server) target(b *botState, p params) (*chatState, *telego.BusinessConn
 	return cs, nil, nil
 }
 
-// checkText validates text and parse_mode as sendMessage and editMessageText
-// do.
-func checkText(p params) *apiError {
-	text := p["text"]
-	if strings.TrimSpace(text) == "" {
-		return badRequest("message text is empty")
-	}
-	if utf8.RuneCountInString(text) > 4096 {
-		return badRequest("message is too long")
-	}
-	switch mode := p["parse_mode"]; {
-	case mode == "", strings.EqualFold(mode, "HTML"), strings.EqualFold(mode, "Markdown"), strings.EqualFold(mode, "MarkdownV2"):
-		return nil
-	default:
-		return badRequest("unsupported parse_mode")
-	}
+// formatted validates a message's text, parse_mode and entities as
+// sendMessage and editMessageText do, and returns what Telegram stores: the
+// text without markup and its entities (see formatText).
+func (s *Server) formatted(p params) (string, []telego.MessageEntity, *apiError) {
+	return formatText(p["text"], p["parse_mode"], p["entities"], func(id int64) (telego.User, bool) {
+		u, ok := s.users[id]
+		return u, ok
+	})
 }
 
 // inlineMarkup parses reply_markup; only an inline keyboard is kept (other
@@ -370,15 +361,20 @@ func (s *Server) sendMessage(b *botState, p params) answer {
 	if err != nil {
 		return answer{err: err}
 	}
-	if err := checkText(p); err != nil {
+	text, entities, err := s.formatted(p)
+	if err != nil {
 		return answer{err: err}
 	}
 	markup, err := inlineMarkup(p)
 	if err != nil {
 		return answer{err: err}
 	}
+	// The request is valid: only now do the limits count it.
+	if err := s.admit(b, cs.chat.ID); err != nil {
+		return answer{err: err}
+	}
 	me := b.me
-	m := telego.Message{From: &me, Chat: cs.chat, Date: s.now().Unix(), Text: p["text"], ReplyMarkup: markup}
+	m := telego.Message{From: &me, Chat: cs.chat, Date: s.now().Unix(), Text: text, Entities: entities, ReplyMarkup: markup}
 	if conn != nil {
 		owner := conn.User
 		m.From, m.SenderBusinessBot, m.BusinessConnectionID = &owner, &me, conn.ID
@@ -421,17 +417,19 @@ func (s *Server) editMessageText(b *botState, p params) answer {
 	if err != nil {
 		return answer{err: err}
 	}
-	if err := checkText(p); err != nil {
+	text, entities, err := s.formatted(p)
+	if err != nil {
 		return answer{err: err}
 	}
 	markup, err := inlineMarkup(p)
 	if err != nil {
 		return answer{err: err}
 	}
-	if ms.m.Text == p["text"] && ms.parseMode == p["parse_mode"] && sameMarkup(ms.m.ReplyMarkup, markup) {
+	// Telegram compares what the message would show, not the markup sent.
+	if ms.m.Text == text && sameJSON(ms.m.Entities, entities) && sameJSON(ms.m.ReplyMarkup, markup) {
 		return answer{err: badRequest(notModified)}
 	}
-	ms.m.Text, ms.parseMode, ms.m.ReplyMarkup = p["text"], p["parse_mode"], markup
+	ms.m.Text, ms.m.Entities, ms.parseMode, ms.m.ReplyMarkup = text, entities, p["parse_mode"], markup
 	ms.m.EditDate = s.now().Unix()
 	s.signal()
 	return answer{result: ms.m}
@@ -446,7 +444,7 @@ func (s *Server) editMessageReplyMarkup(b *botState, p params) answer {
 	if err != nil {
 		return answer{err: err}
 	}
-	if sameMarkup(ms.m.ReplyMarkup, markup) {
+	if sameJSON(ms.m.ReplyMarkup, markup) {
 		return answer{err: badRequest(notModified)}
 	}
 	ms.m.ReplyMarkup = markup
@@ -455,7 +453,8 @@ func (s *Server) editMessageReplyMarkup(b *botState, p params) answer {
 	return answer{result: ms.m}
 }
 
-func sameMarkup(a, b *telego.InlineKeyboardMarkup) bool {
+// sameJSON reports whether a and b are the same to a client.
+func sameJSON(a, b any) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return string(ja) == string(jb)

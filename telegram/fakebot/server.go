@@ -41,7 +41,11 @@ type Opts struct {
 	// failed webhook deliveries (100 ms and 5 s when zero).
 	WebhookRetryMin, WebhookRetryMax time.Duration
 	// Limits, when set, makes sendMessage answer 429 with retry_after once a
-	// chat or a bot goes over them (see RateLimited).
+	// chat, a group or the bot goes over them (see RateLimited); a zero field
+	// takes its value from TelegramLimits, so &telegram.Limits{} is Telegram
+	// as the fake models it. Limits are checked after the request is
+	// validated: a send that is wrong gets its 400 or 403, never a 429. Nil
+	// enforces no limits.
 	Limits *telegram.Limits
 	// LimitSlack forgives clients' timing jitter when enforcing Limits: a
 	// send that would be allowed within LimitSlack is accepted. 100 ms when
@@ -164,7 +168,7 @@ func New(opts Opts) *Server {
 		s.csrf = http.NewCrossOriginProtection()
 	}
 	if opts.Limits != nil {
-		s.limiter = telegram.NewLimiter(*opts.Limits)
+		s.limiter = telegram.NewLimiter(fakeLimits(*opts.Limits))
 		s.slack = opts.LimitSlack
 		if s.slack == 0 {
 			s.slack = 100 * time.Millisecond
@@ -304,9 +308,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	m, known := methods[strings.ToLower(methodName)]
 	if !known {
-		ans := answer{err: &apiError{code: http.StatusNotFound,
-			description: fmt.Sprintf("Not Found: method %q is not implemented by the fake Bot API", methodName)}}
-		s.finish(w, token, botID, methodName, p, ans, "")
+		// Telegram's own answer to a method it does not have.
+		s.finish(w, token, botID, methodName, p, answer{err: errNotFound}, "")
 		return
 	}
 
@@ -354,13 +357,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		ans = s.getUpdates(r.Context(), b, p)
 	} else {
-		s.mu.Lock()
-		if ans.err = s.enforceLimits(b, m.name, p); ans.err == nil {
-			ans = m.fn(s, b, p).marshaled()
-		}
-		s.mu.Unlock()
+		ans = s.call(m, b, p)
 	}
 	s.finish(w, token, botID, m.name, p, ans, faultKindOf(f))
+}
+
+// call runs a method with the lock held, releasing it even if the method
+// panics (net/http recovers the request; the fake goes on answering).
+func (s *Server) call(m method, b *botState, p params) answer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return m.fn(s, b, p).marshaled()
 }
 
 func faultKindOf(f *Fault) FaultKind {

@@ -13,8 +13,11 @@ import (
 // botState is one bot as Telegram holds it. Every field is guarded by the
 // server's mutex.
 type botState struct {
-	token   string
+	token string
+	// me is the bot as a User anywhere but getMe (a message's from, a chat
+	// member): the common fields only, as Telegram sends them.
 	me      telego.User
+	profile botProfile // what getMe adds
 	revoked bool
 
 	updates      []telego.Update // not yet confirmed (getUpdates) or delivered (webhook)
@@ -88,10 +91,10 @@ func (s *Server) bot(token string) *botState {
 	idText := strconv.FormatInt(id, 10)
 	b := &botState{
 		token: token,
-		me: telego.User{
-			ID: id, IsBot: true, FirstName: "Fake Bot " + idText, Username: "fake" + idText + "_bot",
-			CanJoinGroups: true, CanConnectToBusiness: true,
-		},
+		me:    telego.User{ID: id, IsBot: true, FirstName: "Fake Bot " + idText, Username: "fake" + idText + "_bot"},
+		// A bot as @BotFather creates it, with Business Mode switched on
+		// (the business inbox needs it).
+		profile:      botProfile{CanJoinGroups: true, CanConnectToBusiness: true},
 		nextUpdateID: max(1, s.opts.FirstUpdateID),
 		wake:         make(chan struct{}),
 		chats:        make(map[chatKey]*chatState),
@@ -100,6 +103,56 @@ func (s *Server) bot(token string) *botState {
 	}
 	s.bots[token] = b
 	return b
+}
+
+// botProfile holds the User fields that the Bot API returns "only in getMe".
+type botProfile struct {
+	CanJoinGroups             bool
+	CanReadAllGroupMessages   bool
+	SupportsInlineQueries     bool
+	CanConnectToBusiness      bool
+	HasMainWebApp             bool
+	HasTopicsEnabled          bool
+	AllowsUsersToCreateTopics bool
+}
+
+// getMeUser is getMe's result: the bot's User with every getMe-only field
+// present, false ones included, as Telegram answers it (telego.User would
+// drop the false ones).
+type getMeUser struct {
+	ID                        int64  `json:"id"`
+	IsBot                     bool   `json:"is_bot"`
+	FirstName                 string `json:"first_name"`
+	LastName                  string `json:"last_name,omitempty"`
+	Username                  string `json:"username"`
+	CanJoinGroups             bool   `json:"can_join_groups"`
+	CanReadAllGroupMessages   bool   `json:"can_read_all_group_messages"`
+	SupportsInlineQueries     bool   `json:"supports_inline_queries"`
+	CanConnectToBusiness      bool   `json:"can_connect_to_business"`
+	HasMainWebApp             bool   `json:"has_main_web_app"`
+	HasTopicsEnabled          bool   `json:"has_topics_enabled"`
+	AllowsUsersToCreateTopics bool   `json:"allows_users_to_create_topics"`
+}
+
+func (b *botState) getMe() getMeUser {
+	p := b.profile
+	return getMeUser{
+		ID: b.me.ID, IsBot: true, FirstName: b.me.FirstName, LastName: b.me.LastName, Username: b.me.Username,
+		CanJoinGroups: p.CanJoinGroups, CanReadAllGroupMessages: p.CanReadAllGroupMessages,
+		SupportsInlineQueries: p.SupportsInlineQueries, CanConnectToBusiness: p.CanConnectToBusiness,
+		HasMainWebApp: p.HasMainWebApp, HasTopicsEnabled: p.HasTopicsEnabled,
+		AllowsUsersToCreateTopics: p.AllowsUsersToCreateTopics,
+	}
+}
+
+// meWithProfile is the bot's User with the getMe-only fields set, for Go
+// callers (Bot.Me) that want what getMe says.
+func (b *botState) meWithProfile() telego.User {
+	u, p := b.me, b.profile
+	u.CanJoinGroups, u.CanReadAllGroupMessages, u.SupportsInlineQueries = p.CanJoinGroups, p.CanReadAllGroupMessages, p.SupportsInlineQueries
+	u.CanConnectToBusiness, u.HasMainWebApp = p.CanConnectToBusiness, p.HasMainWebApp
+	u.HasTopicsEnabled, u.AllowsUsersToCreateTopics = p.HasTopicsEnabled, p.AllowsUsersToCreateTopics
+	return u
 }
 
 // wakeUp wakes the bot's long poll and webhook deliverer.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,39 @@ func TestGetMe(t *testing.T) {
 			if me.ID != id || !me.IsBot || me.Username == "" {
 				t.Fatalf("getMe = %+v, want bot %d", me, id)
 			}
+		}
+	})
+
+	t.Run("getMe returns every getMe-only field and the bot's messages none of them", func(t *testing.T) {
+		t.Parallel()
+		fake, url := start(t, fakebot.Opts{})
+		token := fakebot.Token(333)
+		body := func(method, params string) string {
+			t.Helper()
+			res, err := http.Post(url+"/bot"+token+"/"+method, "application/json", strings.NewReader(params))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			b, _ := io.ReadAll(res.Body)
+			return string(b)
+		}
+		const want = `{"ok":true,"result":{"id":333,"is_bot":true,"first_name":"Fake Bot 333","username":"fake333_bot",` +
+			`"can_join_groups":true,"can_read_all_group_messages":false,"supports_inline_queries":false,` +
+			`"can_connect_to_business":true,"has_main_web_app":false,"has_topics_enabled":false,"allows_users_to_create_topics":false}}`
+		if got := body("getMe", ""); got != want {
+			t.Fatalf("getMe\n got %s\nwant %s", got, want)
+		}
+		if _, err := fake.Bot(token).Start(alice, ""); err != nil {
+			t.Fatal(err)
+		}
+		sent := body("sendMessage", `{"chat_id":1001,"text":"hi"}`)
+		if !strings.Contains(sent, `"from":{"id":333,"is_bot":true,"first_name":"Fake Bot 333","username":"fake333_bot"},`) {
+			t.Fatalf("sendMessage: %s", sent)
+		}
+		me, err := fake.Bot(token).Me()
+		if err != nil || !me.CanConnectToBusiness || !me.CanJoinGroups {
+			t.Fatalf("Bot.Me = %+v, %v", me, err)
 		}
 	})
 }

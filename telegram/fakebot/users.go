@@ -50,7 +50,7 @@ func (s *Server) BotByID(id int64) (*Bot, bool) {
 // Me returns the bot's user, as getMe answers it.
 func (b *Bot) Me() (telego.User, error) {
 	var me telego.User
-	err := b.do(func(bs *botState) error { me = bs.me; return nil })
+	err := b.do(func(bs *botState) error { me = bs.meWithProfile(); return nil })
 	return me, err
 }
 

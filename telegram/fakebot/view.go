@@ -42,11 +42,15 @@ const (
 
 // MessageView is one message as it stands now (after edits).
 type MessageView struct {
-	ID        int
-	Date      time.Time
-	Sender    Sender
+	ID     int
+	Date   time.Time
+	Sender Sender
+	// Text is the text as the user sees it: what parse_mode made of the
+	// text sent, without markup. Entities are its formatting, in UTF-16
+	// code units as the Bot API counts them.
 	Text      string
-	ParseMode string
+	Entities  []telego.MessageEntity
+	ParseMode string     // the parse_mode the text was sent with
 	Buttons   [][]Button // the inline keyboard
 	Edited    time.Time  // zero when never edited
 	Deleted   bool
@@ -143,7 +147,7 @@ func viewChat(cs *chatState) ChatView {
 	for _, ms := range cs.msgs {
 		mv := MessageView{
 			ID: ms.m.MessageID, Date: time.Unix(ms.m.Date, 0).UTC(), Sender: SenderUser,
-			Text: ms.m.Text, ParseMode: ms.parseMode, Deleted: ms.deleted,
+			Text: ms.m.Text, Entities: cloneEntities(ms.m.Entities), ParseMode: ms.parseMode, Deleted: ms.deleted,
 			CallbackAnswers: slices.Clone(ms.callbackAnswers),
 		}
 		if ms.fromBot {
@@ -164,4 +168,15 @@ func viewChat(cs *chatState) ChatView {
 		v.Messages = append(v.Messages, mv)
 	}
 	return v
+}
+
+func cloneEntities(es []telego.MessageEntity) []telego.MessageEntity {
+	out := slices.Clone(es)
+	for i := range out {
+		if out[i].User != nil {
+			u := *out[i].User
+			out[i].User = &u
+		}
+	}
+	return out
 }
