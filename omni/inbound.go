@@ -136,7 +136,7 @@ func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := httpjson.RequireJSON(r); err != nil {
 		// Telegram declares every update application/json.
-		metricWebhookUpdates.WithLabelValues("bad_request").Inc()
+		metricWebhookUpdates.WithLabelValues(webhookBadRequest).Inc()
 		return err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, in.maxBody))
