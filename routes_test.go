@@ -23,7 +23,7 @@ import (
 	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
 	"switchyard/web"
-	"switchyard/web/httpjson/httpjsontest"
+	"switchyard/httpjson/httpjsontest"
 )
 
 // wiredApp is the whole application as serve builds it — every role, the

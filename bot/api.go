@@ -12,7 +12,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/authlimit"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // errorStatus is the one table between domain errors and HTTP: the status

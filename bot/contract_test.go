@@ -28,7 +28,7 @@ import (
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web"
-	"switchyard/web/httpjson/httpjsontest"
+	"switchyard/httpjson/httpjsontest"
 )
 
 const (

@@ -17,7 +17,7 @@ import (
 	"switchyard/authlimit"
 	"switchyard/store"
 	"switchyard/store/storetest"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // The fuzz targets of this file check the promise "bad input gets a clear

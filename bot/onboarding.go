@@ -21,7 +21,7 @@ import (
 	"switchyard/authlimit"
 	"switchyard/store"
 	"switchyard/telegram"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // Update modes of the onboarding bot (BOT_TELEGRAM_UPDATES).

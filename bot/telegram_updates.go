@@ -22,7 +22,7 @@ import (
 	"switchyard/authlimit"
 	"switchyard/store"
 	"switchyard/telegram"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // allowedUpdates are the kinds of updates the bot asks Telegram for.

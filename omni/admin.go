@@ -14,7 +14,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/store"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // AdminOpts configure NewAdmin. Zero values get defaults.

@@ -19,7 +19,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/telegram"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // WebhookPath is where omni_inbound takes Telegram's webhook.

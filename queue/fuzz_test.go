@@ -16,7 +16,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // FuzzTopicPublish posts any body with any key to any topic through the

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // AdminRoutes mounts the operator API on r, the /admin/api subrouter:

@@ -19,7 +19,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // The fuzz targets of this file check the referral consumers and operator

@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // AdminRoutes mounts the referral operator API on r, the /admin/api

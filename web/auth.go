@@ -16,7 +16,7 @@ import (
 
 	"switchyard/authlimit"
 	"switchyard/store"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 const (

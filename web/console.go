@@ -14,7 +14,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/authlimit"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // The console: server-rendered pages (templ) under /admin, behind the session

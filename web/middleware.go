@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 var (

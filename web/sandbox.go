@@ -12,7 +12,7 @@ import (
 
 	"switchyard/mask"
 	"switchyard/telegram/fakebot"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // Sandbox is the built-in fake Telegram Bot API that bots without a real

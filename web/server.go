@@ -20,7 +20,7 @@ import (
 
 	"switchyard/authlimit"
 	"switchyard/store"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // DefaultBodyLimit caps request bodies unless Options.BodyLimit says otherwise.

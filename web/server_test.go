@@ -21,7 +21,7 @@ import (
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 const adminToken = "0123456789abcdef0123456789abcdef"

@@ -21,7 +21,7 @@ import (
 	"github.com/mymmrac/telego"
 
 	"switchyard/telegram"
-	"switchyard/web/httpjson"
+	"switchyard/httpjson"
 )
 
 // Opts configures a Server. The zero value is a working fake.

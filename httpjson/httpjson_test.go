@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"switchyard/store"
-	"switchyard/web/httpjson"
-	"switchyard/web/httpjson/httpjsontest"
+	"switchyard/httpjson"
+	"switchyard/httpjson/httpjsontest"
 )
 
 func TestTimeLayoutIsTheStores(t *testing.T) {
