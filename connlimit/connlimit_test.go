@@ -50,14 +50,12 @@ func TestListener(t *testing.T) {
 				accepted <- c
 			}
 		}()
-		var clients []net.Conn
 		for range 3 {
 			c, err := net.Dial("tcp", l.Addr().String())
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { c.Close() })
-			clients = append(clients, c)
 		}
 		first, second := <-accepted, <-accepted
 		eventually(t, "the third Accept waits for a place", func() bool { return l.Waiting() == 1 })

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,19 +44,11 @@ type notificationsAnswer struct {
 	} `json:"notifications"`
 }
 
-type eventsAnswer struct {
-	Events []json.RawMessage `json:"events"`
-}
-
 type funnelAnswer struct {
 	Funnel struct {
 		Stage     int    `json:"stage"`
 		BindState string `json:"bindState"`
 	} `json:"funnel"`
-}
-
-type funnelsAnswer struct {
-	Funnels []json.RawMessage `json:"funnels"`
 }
 
 type bondsAnswer struct {
@@ -188,22 +179,6 @@ func (c *client) ensureUser(ctx context.Context, nu newUser) (int64, error) {
 		return 0, fmt.Errorf("%w; and resolving it: %w", err, rerr)
 	}
 	return l.UID, nil
-}
-
-// findThread returns the thread of a contact (on a business connection, or
-// "" for a private chat with the bot) among the most recently active ones.
-func (c *client) findThread(ctx context.Context, contact int64, conn string) (int64, bool, error) {
-	var ta threadsAnswer
-	if err := c.admin(ctx, http.MethodGet, "/omni/threads?limit=500", nil, &ta); err != nil {
-		return 0, false, err
-	}
-	want := strconv.FormatInt(contact, 10)
-	for _, t := range ta.Threads {
-		if t.Contact.ProviderUserID == want && t.BusinessConnectionID == conn {
-			return t.ID, true, nil
-		}
-	}
-	return 0, false, nil
 }
 
 // demoNamespace derives the stable ids of seeded identity users.

@@ -39,8 +39,6 @@ func (v verdict) tally(inv *Invariant) {
 type registration struct {
 	partnerCode string
 	leader      int // index in Cast.Leaders
-	dms, notes  int // as last counted
-	settled     bool
 }
 
 // outboxEvent is an event the demo's cabinet actions emitted.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -18,9 +17,6 @@ type webhookGen struct {
 	runID     int64
 	customers int64
 	header    http.Header
-
-	mu       sync.Mutex
-	accepted int64
 }
 
 // CustomerChatID is the Telegram chat id of load-test customer i.

@@ -281,7 +281,7 @@ func (a *Admin) handleTopics(w http.ResponseWriter, r *http.Request) error {
 	for _, t := range ts {
 		tj := topicJSON{Name: t.Name, RetentionSeconds: int64(t.Retention / time.Second), Partitions: []partitionJSON{}, Groups: []groupJSON{}}
 		for _, p := range t.Partitions {
-			tj.Partitions = append(tj.Partitions, partitionJSON{Partition: p.Partition, Start: p.Start, End: p.End})
+			tj.Partitions = append(tj.Partitions, partitionJSON(p))
 		}
 		for _, g := range t.Groups {
 			gj := groupJSON{Group: g.Group, Lag: g.Lag, Retrying: g.Retrying, Dead: g.Dead, OldestAgeSeconds: g.OldestAge.Seconds()}

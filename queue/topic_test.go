@@ -377,10 +377,10 @@ func TestTopicDeadLetters(t *testing.T) {
 		subscribe(t, topic, queue.SubscribeOpts{Group: "g", LeaseTTL: time.Hour, Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
 			mu.Lock()
 			defer mu.Unlock()
-			switch v := string(r.Value); {
-			case bad[v]:
+			switch {
+			case bad[string(r.Value)]:
 				return queue.Permanent(errors.New("bad"))
-			case slow[v]:
+			case slow[string(r.Value)]:
 				return queue.RetryAfter(time.Minute, errors.New("not yet"))
 			}
 			return record(ctx, tx, "g", r)

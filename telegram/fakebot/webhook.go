@@ -91,6 +91,13 @@ func (s *Server) deliver(ctx context.Context, b *botState) {
 	}
 }
 
+// Telegram's own words for a failed delivery, which getWebhookInfo reports
+// as last_error_message.
+const (
+	lastErrorConnection = "Connection failed"
+	lastErrorResponse   = "Wrong response from the webhook"
+)
+
 // post sends one update as Telegram does and fails on anything but 2xx.
 func (s *Server) post(ctx context.Context, url, secret string, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -103,12 +110,12 @@ func (s *Server) post(ctx context.Context, url, secret string, body []byte) erro
 	}
 	res, err := s.opts.HTTPClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("Connection failed: %w", err)
+		return fmt.Errorf("%s: %w", lastErrorConnection, err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 1<<20))
 	_ = res.Body.Close()
 	if res.StatusCode < 200 || res.StatusCode > 299 {
-		return fmt.Errorf("Wrong response from the webhook: %s", res.Status)
+		return fmt.Errorf("%s: %s", lastErrorResponse, res.Status)
 	}
 	return nil
 }
