@@ -1,6 +1,9 @@
 package omni
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestDecideIgnore(t *testing.T) {
 	t.Parallel()
@@ -65,6 +68,90 @@ func TestDecideAutoAck(t *testing.T) {
 			t.Parallel()
 			if _, got := decideAutoAck(rule, inbound, tc.first, tc.chat, tc.ch, tc.conn); got != tc.want {
 				t.Errorf("decideAutoAck = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestClassifyMessage(t *testing.T) {
+	t.Parallel()
+	owner := &BusinessConnection{ID: "bc", UserID: "7"}
+	inbound := messageClass{Direction: DirectionInbound, Origin: OriginProvider, Status: StatusReceived, Unread: true}
+	ownerWrote := messageClass{Direction: DirectionOutbound, Origin: OriginProvider, Status: StatusSent}
+	from := func(conn, sender string) *Normalized {
+		n := &Normalized{BusinessConnectionID: conn}
+		if sender != "" {
+			n.Sender = &Person{ID: sender}
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name string
+		n    *Normalized
+		conn *BusinessConnection
+		want messageClass
+	}{
+		{"a bot chat's message is the contact's, unread", from("", "42"), nil, inbound},
+		{"a business chat's message from the contact is inbound, unread", from("bc", "42"), owner, inbound},
+		{"what the account's owner writes from their own app is outbound and sent", from("bc", "7"), owner, ownerWrote},
+		{"the owner's id in a bot chat is still the contact's", from("", "7"), owner, inbound},
+		{"a business message on a connection not stored yet is inbound", from("bc", "7"), nil, inbound},
+		{"a message without a sender is inbound", from("bc", ""), owner, inbound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := classifyMessage(tc.n, tc.conn); got != tc.want {
+				t.Errorf("classifyMessage = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecideMembership(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status            string
+		change, reachable bool
+	}{
+		{"kicked", true, false},
+		{"left", true, false},
+		{"member", true, true},
+		{"administrator", true, true},
+		{"creator", true, true},
+		{"restricted", true, true},
+		{"", false, false},
+		{"a status of a newer Bot API", false, false},
+	} {
+		t.Run("status "+tc.status, func(t *testing.T) {
+			t.Parallel()
+			got := decideMembership(&Membership{OldStatus: "member", NewStatus: tc.status})
+			if got.Change != tc.change || got.Reachable != tc.reachable {
+				t.Errorf("decideMembership(%q) = %+v, want change %v reachable %v", tc.status, got, tc.change, tc.reachable)
+			}
+			if got.Change && !got.Reachable && got.Reason == "" {
+				t.Errorf("decideMembership(%q) makes the contact unreachable without a reason", tc.status)
+			}
+		})
+	}
+}
+
+func TestDecideEdit(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name             string
+		stored, editedAt time.Time
+		want             bool
+	}{
+		{"a message never edited takes the edit", time.Time{}, at, true},
+		{"a newer edit replaces the stored one", at, at.Add(time.Second), true},
+		{"an edit of the same moment applies (Telegram's edit_date is in seconds)", at, at, true},
+		{"an older edit delivered late does not undo a newer one", at, at.Add(-time.Second), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := decideEdit(tc.stored, tc.editedAt); got != tc.want {
+				t.Errorf("decideEdit(%v, %v) = %v, want %v", tc.stored, tc.editedAt, got, tc.want)
 			}
 		})
 	}
