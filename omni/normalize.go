@@ -169,7 +169,7 @@ func NormalizeTelegram(body []byte, botID int64, receivedAt time.Time) (*Envelop
 	// case-insensitively).
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadUpdate, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadUpdate, err)
 	}
 	rawID, ok := fields["update_id"]
 	if !ok {

@@ -217,7 +217,7 @@ var errPacing = errors.New("waiting for the rate limit")
 func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) error {
 	var cmd SendCommand
 	if err := json.Unmarshal(m.Body, &cmd); err != nil || cmd.MessageID == 0 {
-		return queue.Permanent(fmt.Errorf("decode send command: %v", err))
+		return queue.Permanent(fmt.Errorf("decode send command: %w", err))
 	}
 	chatID, err := strconv.ParseInt(cmd.ChatID, 10, 64)
 	if err != nil {

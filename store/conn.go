@@ -162,7 +162,7 @@ type rows struct {
 
 func (r *rows) Next(dest []driver.Value) error {
 	err := r.Rows.Next(dest)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		r.c.seen(err)
 	}
 	return err

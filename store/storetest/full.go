@@ -37,7 +37,7 @@ func FillUp(tb testing.TB, db *store.DB, keep bool) (makeRoom func()) {
 					break
 				}
 				if err != nil || i > 100_000 {
-					return fmt.Errorf("filling the database: %v after %d rows", err, i)
+					return fmt.Errorf("filling the database: %w after %d rows", err, i)
 				}
 			}
 		}

@@ -3,6 +3,7 @@ package fakebot_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -40,7 +41,7 @@ func TestMessages(t *testing.T) {
 		if sent.From.ID != 30 || sent.Chat.ID != alice.ID || sent.ReplyMarkup == nil || sent.MessageID != 2 {
 			t.Fatalf("sent = %+v", sent)
 		}
-		if _, err := fb.Press(alice, sent.MessageID, "ok:maybe"); err != fakebot.ErrNoButton {
+		if _, err := fb.Press(alice, sent.MessageID, "ok:maybe"); !errors.Is(err, fakebot.ErrNoButton) {
 			t.Fatalf("pressing a button that is not there: %v", err)
 		}
 		queryID, err := fb.Press(alice, sent.MessageID, "ok:yes")
