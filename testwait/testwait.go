@@ -1,0 +1,40 @@
+// Package testwait is how Switchyard's tests wait for something to happen:
+// they poll a condition until it holds or a deadline passes, never sleep a
+// guessed time. It is the one such helper of the project's tests.
+package testwait
+
+import (
+	"testing"
+	"time"
+)
+
+// Slack stretches every deadline: CI runs every package's tests at once, with
+// -race, on two cores, and a wait that passes returns as soon as its
+// condition holds, so a generous deadline costs nothing. A test states the
+// time a thing should take on an idle machine; Until allows Slack times it.
+const Slack = 3
+
+// Every is how often Until checks its condition.
+const Every = 5 * time.Millisecond
+
+// Until checks cond every few milliseconds until it holds, and fails the
+// test if it still does not after within×Slack, naming what it waited for
+// and, when describe is given, what describe says of the state at the
+// deadline.
+func Until(t testing.TB, within time.Duration, what string, cond func() bool, describe ...func() string) {
+	t.Helper()
+	deadline := time.Now().Add(within * Slack)
+	tick := time.NewTicker(Every)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			state := ""
+			for _, d := range describe {
+				state += "; " + d()
+			}
+			t.Fatalf("not within %s: %s%s", within*Slack, what, state)
+			return
+		}
+		<-tick.C
+	}
+}
