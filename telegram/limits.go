@@ -149,11 +149,7 @@ func (l *Limiter) TakeWithin(c Chat, now time.Time, slack time.Duration) (time.T
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now = l.monotonic(now)
-	l.takes++
-	if l.takes%1024 == 0 {
-		l.sweep(now)
-	}
-	at, scope := l.when(c, now)
+	at, scope := l.next(c, now)
 	if at.Sub(now) > slack {
 		deferrals.WithLabelValues(scope).Inc()
 		return at, false
@@ -163,6 +159,16 @@ func (l *Limiter) TakeWithin(c Chat, now time.Time, slack time.Duration) (time.T
 	spend(cs.group, now)
 	spend(bs.bot, now)
 	return now, true
+}
+
+// next is when c may be sent to next and the scope that decides it, counting
+// the call, and sweeping idle chats every 1,024 calls. l.mu is held.
+func (l *Limiter) next(c Chat, now time.Time) (time.Time, string) {
+	l.takes++
+	if l.takes%1024 == 0 {
+		l.sweep(now)
+	}
+	return l.when(c, now)
 }
 
 // Reserve books the next slot of the bot's for a message to c, for a sender
@@ -180,11 +186,7 @@ func (l *Limiter) Reserve(c Chat, now time.Time, ahead time.Duration) (time.Time
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now = l.monotonic(now)
-	l.takes++
-	if l.takes%1024 == 0 {
-		l.sweep(now)
-	}
-	at, scope := l.when(c, now)
+	at, scope := l.next(c, now)
 	if at.Sub(now) > ahead || (scope != scopeBot && at.Sub(now) > reserveSlack) {
 		deferrals.WithLabelValues(scope).Inc()
 		return at, false

@@ -646,20 +646,10 @@ func parseMarkdownV2(src string, users userLookup) (string, []entity, formatErro
 			} else {
 				i += 2
 				urlBegin := i
-				var u strings.Builder
-				for i < len(src) && src[i] != ')' {
-					if src[i] == '\\' && at(i+1) > 0 && at(i+1) <= 126 {
-						u.WriteByte(src[i+1])
-						i += 2
-						continue
-					}
-					u.WriteByte(src[i])
-					i++
-				}
+				url, i = markdownV2Target(src, i)
 				if at(i) != ')' {
 					return "", nil, errorf("Can't find end of a URL at byte offset %d", urlBegin)
 				}
-				url = u.String()
 			}
 			if id, ok := linkUserID(url); ok {
 				userID = id
@@ -677,20 +667,12 @@ func parseMarkdownV2(src string, users userLookup) (string, []entity, formatErro
 			}
 			i += 2
 			urlBegin := i
-			var u strings.Builder
-			for i < len(src) && src[i] != ')' {
-				if src[i] == '\\' && at(i+1) > 0 && at(i+1) <= 126 {
-					u.WriteByte(src[i+1])
-					i += 2
-					continue
-				}
-				u.WriteByte(src[i])
-				i++
-			}
+			target, end := markdownV2Target(src, i)
+			i = end
 			if at(i) != ')' {
 				return "", nil, errorf("Can't find end of a custom emoji URL at byte offset %d", urlBegin)
 			}
-			id, err := customEmojiID(u.String())
+			id, err := customEmojiID(target)
 			if err != "" {
 				return "", nil, err
 			}
@@ -730,6 +712,24 @@ func parseMarkdownV2(src string, users userLookup) (string, []entity, formatErro
 	}
 	sortEntities(ents)
 	return string(out), ents, ""
+}
+
+// markdownV2Target reads the target of a MarkdownV2 link or custom emoji,
+// from i (just after its "(") up to its ")", with its backslash escapes
+// undone. It returns the target and the index of the ")", or len(src) when
+// the target is not closed.
+func markdownV2Target(src string, i int) (string, int) {
+	var u strings.Builder
+	for i < len(src) && src[i] != ')' {
+		if c := byteAt(src, i+1); src[i] == '\\' && c > 0 && c <= 126 {
+			u.WriteByte(c)
+			i += 2
+			continue
+		}
+		u.WriteByte(src[i])
+		i++
+	}
+	return u.String(), i
 }
 
 // parseMarkdown is the legacy Markdown parse mode: *bold*, _italic_,

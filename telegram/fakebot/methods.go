@@ -356,16 +356,26 @@ func inlineMarkup(p params) (*telego.InlineKeyboardMarkup, *apiError) {
 	return &telego.InlineKeyboardMarkup{InlineKeyboard: markup.InlineKeyboard}, nil
 }
 
+// content is what a sent or edited text message shows: its text and
+// entities in its parse mode, and its inline keyboard.
+func (s *Server) content(p params) (string, []telego.MessageEntity, *telego.InlineKeyboardMarkup, *apiError) {
+	text, entities, err := s.formatted(p)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	markup, err := inlineMarkup(p)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return text, entities, markup, nil
+}
+
 func (s *Server) sendMessage(b *botState, p params) answer {
 	cs, conn, err := s.target(b, p)
 	if err != nil {
 		return answer{err: err}
 	}
-	text, entities, err := s.formatted(p)
-	if err != nil {
-		return answer{err: err}
-	}
-	markup, err := inlineMarkup(p)
+	text, entities, markup, err := s.content(p)
 	if err != nil {
 		return answer{err: err}
 	}
@@ -417,11 +427,7 @@ func (s *Server) editMessageText(b *botState, p params) answer {
 	if err != nil {
 		return answer{err: err}
 	}
-	text, entities, err := s.formatted(p)
-	if err != nil {
-		return answer{err: err}
-	}
-	markup, err := inlineMarkup(p)
+	text, entities, markup, err := s.content(p)
 	if err != nil {
 		return answer{err: err}
 	}
