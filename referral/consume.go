@@ -96,17 +96,14 @@ func (s *Service) applyUpserted(ctx context.Context, tx *sql.Tx, ev UserUpserted
 	res.Phone = mask.Phone(ev.PhoneNumber)
 	q := s.prepared(tx)
 	mark := string(TypeUserUpserted) + ":" + ev.MessageID
-	if dup, err := hasMark(ctx, q, mark); err != nil || dup {
+	held, dup, err := begin(ctx, q, mark, ev.UserID)
+	if err != nil || dup {
 		res.Duplicate = dup
 		return res, err
 	}
 	now := s.db.Now()
 
 	// Branch A: the replica, behind the version guard.
-	held, err := getReplica(ctx, q, ev.UserID)
-	if err != nil {
-		return res, err
-	}
 	replica, ok := upsertReplica(ev, held, now)
 	if ok {
 		if err := putReplica(ctx, q, replica); err != nil {
@@ -209,15 +206,12 @@ func (s *Service) bind(ctx context.Context, tx *sql.Tx, ev UserUpserted, l Link,
 func (s *Service) applyBlocked(ctx context.Context, tx *sql.Tx, ev UserBlocked, res result) (result, error) {
 	q := s.prepared(tx)
 	mark := string(TypeUserBlocked) + ":" + ev.MessageID
-	if dup, err := hasMark(ctx, q, mark); err != nil || dup {
+	held, dup, err := begin(ctx, q, mark, ev.UserID)
+	if err != nil || dup {
 		res.Duplicate = dup
 		return res, err
 	}
 	now := s.db.Now()
-	held, err := getReplica(ctx, q, ev.UserID)
-	if err != nil {
-		return res, err
-	}
 	replica, ok := blockReplica(ev, held, now)
 	switch {
 	case held == nil:
@@ -234,6 +228,17 @@ func (s *Service) applyBlocked(ctx context.Context, tx *sql.Tx, ev UserBlocked, 
 }
 
 // prepared wraps tx so the consumer's queries use the prepared statements.
+// begin is how each consumer starts on an event: dup when its idempotency
+// mark is already there (the event was applied before), else the user's
+// replica as held (nil when there is none).
+func begin(ctx context.Context, q preparedTx, mark string, userID UserID) (held *Replica, dup bool, err error) {
+	if dup, err := hasMark(ctx, q, mark); err != nil || dup {
+		return nil, dup, err
+	}
+	held, err = getReplica(ctx, q, userID)
+	return held, false, err
+}
+
 func (s *Service) prepared(tx *sql.Tx) preparedTx { return preparedTx{tx: tx, stmts: s.stmts} }
 
 func newID() string { return uuid.Must(uuid.NewV7()).String() }
