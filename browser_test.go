@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"switchyard/store"
+	"switchyard/testwait"
 )
 
 // The console in a real browser (Debian's chromium through chromedp), against
@@ -186,20 +187,6 @@ func waitJS(t *testing.T, ctx context.Context, within time.Duration, what, js st
 		case <-ctx.Done():
 			t.Fatalf("%s: %v", what, ctx.Err())
 		}
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		<-tick.C
 	}
 }
 
@@ -373,7 +360,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		app.api(t, http.MethodPost, "/topics/pin.identity.users.v1/messages", identityUpserted(owner, "Agent", "Olga", "+79990001234", ""), nil)
 		// The owner's replica first: a referral through a link whose owner has
 		// no replica yet is retried with a backoff (REFERRAL_OWNER_REPLICA_MISSING).
-		waitFor(t, 20*time.Second, "the owner's replica", func() bool {
+		testwait.Until(t, 20*time.Second, "the owner's replica", func() bool {
 			status, _ := app.call(t, http.MethodGet, "/referral/replicas/"+owner, "")
 			return status == http.StatusOK
 		})
@@ -392,7 +379,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		// A user who registers through the link is bound to its owner.
 		const referred = "cccccccc-3333-4333-8333-333333333333"
 		app.api(t, http.MethodPost, "/topics/pin.identity.users.v1/messages", identityUpserted(referred, "Investor", "Ivan", "+79990005678", slug), nil)
-		waitFor(t, 20*time.Second, "the bond", func() bool {
+		testwait.Until(t, 20*time.Second, "the bond", func() bool {
 			var r struct{ HasReferrer bool }
 			status, raw := app.call(t, http.MethodGet, "/referral/users/"+referred+"/referrer", "")
 			return status == http.StatusOK && json.Unmarshal(raw, &r) == nil && r.HasReferrer

@@ -18,6 +18,7 @@ import (
 
 	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
+	"switchyard/testwait"
 )
 
 // Phone numbers the flows carry, in the forms people type them. The logs
@@ -146,18 +147,6 @@ func runWorkers(t *testing.T, a *app) {
 	})
 }
 
-// waitUntil polls cond until it holds or 30 s pass.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func (w *wiredApp) count(t *testing.T, query string, args ...any) int {
 	t.Helper()
 	var n int
@@ -208,7 +197,7 @@ func TestLogsHideSecretsAndPhones(t *testing.T) {
 
 	t.Run("bot outbox and the onboarding bot", func(t *testing.T) {
 		c.t = t
-		waitUntil(t, "the onboarding bot's webhook", func() bool { return webhookSet(fake, logSecrets["BOT_TELEGRAM_TOKEN"]) })
+		testwait.Until(t, 10*time.Second, "the onboarding bot's webhook", func() bool { return webhookSet(fake, logSecrets["BOT_TELEGRAM_TOKEN"]) })
 		leaderTG, memberTG := int64(5550001001), int64(5550001002)
 		var leader, member struct {
 			UID int64 `json:"uid"`
@@ -232,7 +221,7 @@ func TestLogsHideSecretsAndPhones(t *testing.T) {
 		// Bad input on the bot's own paths.
 		c.call("POST", "/bot/events/ack", "wrong-secret", map[string]any{"processedIds": []int{1}}, 401, nil)
 		c.call("POST", "/bot/events/ack", botSecret, map[string]any{"processedIds": []int{1}, "retryIds": []int{1}}, 400, nil)
-		waitUntil(t, "every outbox event handled", func() bool {
+		testwait.Until(t, 10*time.Second, "every outbox event handled", func() bool {
 			return w.count(t, `select count(*) from bot_event_outbox where processed_at is null and dead_lettered_at is null`) == 0 &&
 				w.count(t, `select count(*) from bot_updates where status <> 'done'`) == 0
 		})
@@ -248,7 +237,7 @@ func TestLogsHideSecretsAndPhones(t *testing.T) {
 		c.call("POST", "/admin/api/topics/pin.identity.users.v1/messages", admin, event("m-1", owner, map[string]any{
 			"UserId": owner, "Type": "Agent", "CompanyId": "dddddddd-0000-4000-8000-00000000000d", "Status": "Active",
 			"Name": map[string]string{"FirstName": "Olga", "LastName": "Agentova"}, "PhoneNumber": logPhones[0], "RegisteredVia": "Sms", "Version": 1}), 202, nil)
-		waitUntil(t, "the owner's replica", func() bool { return w.count(t, `select count(*) from referral_users`) == 1 })
+		testwait.Until(t, 10*time.Second, "the owner's replica", func() bool { return w.count(t, `select count(*) from referral_users`) == 1 })
 		c.call("POST", "/admin/api/referral/links", admin, map[string]string{"url": "olga-agent", "ownerUserId": owner,
 			"tenantId": "bbbbbbbb-0000-4000-8000-00000000000b", "channel": "telegram"}, 201, nil)
 		c.call("POST", "/admin/api/topics/pin.identity.users.v1/messages", admin, event("m-2", investor, map[string]any{
@@ -261,7 +250,7 @@ func TestLogsHideSecretsAndPhones(t *testing.T) {
 			"PhoneNumber": logPhones[7], "RegisteredVia": "Sms", "Version": 1}), 202, nil)
 		// An operator's client looks a replica up by the phone number.
 		c.call("GET", "/admin/api/referral/replicas/"+logPhones[6], admin, nil, 0, nil)
-		waitUntil(t, "the bond, the dead letter and the third replica", func() bool {
+		testwait.Until(t, 10*time.Second, "the bond, the dead letter and the third replica", func() bool {
 			return w.count(t, `select count(*) from referral_bonds`) == 1 && w.count(t, `select count(*) from queue_dead`) == 1 &&
 				w.count(t, `select count(*) from referral_users`) == 3
 		})
@@ -269,7 +258,7 @@ func TestLogsHideSecretsAndPhones(t *testing.T) {
 
 	t.Run("chat platform in and out", func(t *testing.T) {
 		c.t = t
-		waitUntil(t, "the inbox bot's webhook", func() bool { return webhookSet(fake, logSecrets["OMNI_TELEGRAM_TOKEN"]) })
+		testwait.Until(t, 10*time.Second, "the inbox bot's webhook", func() bool { return webhookSet(fake, logSecrets["OMNI_TELEGRAM_TOKEN"]) })
 		conn, err := inbox.ConnectBusiness(telego.User{ID: 7770001, FirstName: "Shop"}, telego.BusinessBotRights{CanReply: true})
 		if err != nil {
 			t.Fatal(err)
@@ -279,11 +268,11 @@ func TestLogsHideSecretsAndPhones(t *testing.T) {
 			t.Fatal(err)
 		}
 		var thread int64
-		waitUntil(t, "the customer's thread", func() bool {
+		testwait.Until(t, 10*time.Second, "the customer's thread", func() bool {
 			return w.db.Read.QueryRow(`select thread_id from omni_messages where direction = 'inbound'`).Scan(&thread) == nil
 		})
 		c.call("POST", fmt.Sprintf("/admin/api/omni/threads/%d/messages", thread), admin, map[string]string{"text": "Наберём вас на " + logPhones[4]}, 202, nil)
-		waitUntil(t, "the reply sent", func() bool {
+		testwait.Until(t, 10*time.Second, "the reply sent", func() bool {
 			return w.count(t, `select count(*) from omni_messages where direction = 'outbound' and origin = 'operator' and status = 'sent'`) == 1
 		})
 		// Bad input on the webhook: wrong secret, a body that is no update.

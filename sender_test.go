@@ -17,6 +17,7 @@ import (
 
 	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
+	"switchyard/testwait"
 )
 
 // TestTwoServesShareOneBot runs the real binary twice with every role on
@@ -70,7 +71,7 @@ func TestTwoServesShareOneBot(t *testing.T) {
 
 	// Customers write; the business connection is known before they do.
 	bot := fake.Bot(omniToken)
-	waitFor(t, 30*time.Second, "the inbox webhook is set", func() bool { return webhookSet(fake, omniToken) })
+	testwait.Until(t, 30*time.Second, "the inbox webhook is set", func() bool { return webhookSet(fake, omniToken) })
 	conn, err := bot.ConnectBusiness(telego.User{ID: 900, FirstName: "Shop"}, telego.BusinessBotRights{CanReply: true})
 	if err != nil {
 		t.Fatal(err)
@@ -81,13 +82,13 @@ func TestTwoServesShareOneBot(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 0 { // its acknowledgement went out: the connection is stored
-			waitFor(t, 30*time.Second, "the first acknowledgement", func() bool { return len(okSends(fake)) == 1 })
+			testwait.Until(t, 30*time.Second, "the first acknowledgement", func() bool { return len(okSends(fake)) == 1 })
 		}
 	}
 	var threads []struct {
 		ID int64 `json:"id"`
 	}
-	waitFor(t, 60*time.Second, "every thread stored", func() bool {
+	testwait.Until(t, 60*time.Second, "every thread stored", func() bool {
 		var list struct {
 			Threads []struct {
 				ID int64 `json:"id"`
@@ -109,14 +110,14 @@ func TestTwoServesShareOneBot(t *testing.T) {
 	wg.Wait()
 	total := 3 * customers
 
-	waitFor(t, 60*time.Second, "a third sent", func() bool { return len(okSends(fake)) >= total/3 })
+	testwait.Until(t, 60*time.Second, "a third sent", func() bool { return len(okSends(fake)) >= total/3 })
 	stoppedAt := time.Now()
 	first.stop(t)
 	if n := len(okSends(fake)); n >= total {
 		t.Fatalf("the first process sent all %d messages before it stopped: the takeover was not tested", n)
 	}
 	waitLogged(t, second, "took over the lease from another process", "outbound")
-	waitFor(t, 90*time.Second, "every message sent", func() bool { return len(okSends(fake)) >= total })
+	testwait.Until(t, 90*time.Second, "every message sent", func() bool { return len(okSends(fake)) >= total })
 
 	if n := fake.RateLimited(); n != 0 {
 		t.Errorf("the fake Bot API answered %d sends with 429", n)

@@ -9,19 +9,8 @@ import (
 	"time"
 
 	"switchyard/connlimit"
+	"switchyard/testwait"
 )
-
-// eventually waits up to 30 s for cond.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 30 s: %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 func listen(t *testing.T, max int) *connlimit.Listener {
 	t.Helper()
@@ -58,7 +47,7 @@ func TestListener(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 		}
 		first, second := <-accepted, <-accepted
-		eventually(t, "the third Accept waits for a place", func() bool { return l.Waiting() == 1 })
+		testwait.Until(t, 10*time.Second, "the third Accept waits for a place", func() bool { return l.Waiting() == 1 })
 		if l.Open() != 2 || len(accepted) != 0 {
 			t.Fatalf("%d open, %d more accepted over a cap of 2", l.Open(), len(accepted))
 		}
@@ -70,7 +59,7 @@ func TestListener(t *testing.T) {
 			t.Fatal("the third connection was not accepted after one closed")
 		}
 		second.Close()
-		eventually(t, "every place given back", func() bool { return l.Open() == 0 })
+		testwait.Until(t, 10*time.Second, "every place given back", func() bool { return l.Open() == 0 })
 	})
 
 	t.Run("closing the listener ends a waiting Accept", func(t *testing.T) {
@@ -87,7 +76,7 @@ func TestListener(t *testing.T) {
 		}
 		errs := make(chan error, 1)
 		go func() { _, err := l.Accept(); errs <- err }()
-		eventually(t, "the second Accept waits", func() bool { return l.Waiting() == 1 })
+		testwait.Until(t, 10*time.Second, "the second Accept waits", func() bool { return l.Waiting() == 1 })
 		l.Close()
 		select {
 		case err := <-errs:
@@ -126,7 +115,7 @@ func TestListener(t *testing.T) {
 		if err := get(keepAlive); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the first client's connection is open and idle", func() bool { return l.Open() == 1 })
+		testwait.Until(t, 10*time.Second, "the first client's connection is open and idle", func() bool { return l.Open() == 1 })
 		other := &http.Client{Transport: &http.Transport{}}
 		if err := get(other); err != nil {
 			t.Fatalf("a second client at the cap, with the first idle: %v", err)

@@ -13,6 +13,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 // lockedLog is a log destination tests can read while workers write.
@@ -133,10 +134,9 @@ func TestFullDatabase(t *testing.T) {
 			}
 		}
 		runWorker(t, NewChat(ChatOpts{DB: db, DisableAutoAck: true, PollInterval: 20 * time.Millisecond, Retry: fast}))
-		eventually(t, 20*time.Second, func() bool { return count(t, db, `select count(*) from omni_messages`) == n },
-			func() string {
-				return fmt.Sprintf("%d of %d messages applied", count(t, db, `select count(*) from omni_messages`), n)
-			})
+		testwait.Until(t, 20*time.Second, "", func() bool { return count(t, db, `select count(*) from omni_messages`) == n }, func() string {
+			return fmt.Sprintf("%d of %d messages applied", count(t, db, `select count(*) from omni_messages`), n)
+		})
 		checkChatOrder(t, db, n)
 		t.Logf("%d of %d updates refused with 503 while full, all %d applied once room was back", len(refused), n, n)
 	})
@@ -159,11 +159,10 @@ func TestFullDatabase(t *testing.T) {
 		// write more than consuming its envelope frees.
 		runWorker(t, NewChat(ChatOpts{DB: db, AutoAckText: strings.Repeat("Спасибо! ", 400), PollInterval: 20 * time.Millisecond,
 			Retry: fast, Logger: slog.New(slog.NewTextHandler(logs, nil))}))
-		eventually(t, 20*time.Second, func() bool { return strings.Count(logs.String(), "database or disk is full") >= 3 },
-			func() string {
-				return fmt.Sprintf("the chat role never met the full database (%d applied):\n%s",
-					count(t, db, `select count(*) from omni_inbound_events`), logs.String())
-			})
+		testwait.Until(t, 20*time.Second, "", func() bool { return strings.Count(logs.String(), "database or disk is full") >= 3 }, func() string {
+			return fmt.Sprintf("the chat role never met the full database (%d applied):\n%s",
+				count(t, db, `select count(*) from omni_inbound_events`), logs.String())
+		})
 
 		// Every envelope is applied or still waits on a receiver queue;
 		// none is dead-lettered for want of room.
@@ -177,7 +176,7 @@ func TestFullDatabase(t *testing.T) {
 		// Messages whose failure could not be recorded either come back after
 		// their visibility timeout (30 s on the fast clock).
 		makeRoom()
-		eventually(t, 20*time.Second, func() bool {
+		testwait.Until(t, 20*time.Second, "", func() bool {
 			return count(t, db, `select count(*) from omni_inbound_events`) == n &&
 				count(t, db, `select count(*) from goqite where queue like 'receiver.%'`) == 0
 		}, func() string {

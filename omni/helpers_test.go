@@ -112,25 +112,6 @@ func runWorker(t testing.TB, w interface {
 	return stop
 }
 
-// waitSlack stretches every wait's deadline: CI runs all packages' tests at
-// once on two cores, and a passing wait returns as soon as its condition holds.
-const waitSlack = 3
-
-// eventually waits until cond holds, checking it every few milliseconds, and
-// fails the test at the deadline with what describe says.
-func eventually(t testing.TB, timeout time.Duration, cond func() bool, describe func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout * waitSlack)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: %s", timeout, describe())
-		}
-		<-tick.C
-	}
-}
-
 // count runs a count(*) query on the read pool.
 func count(t testing.TB, db *store.DB, query string, args ...any) int {
 	t.Helper()

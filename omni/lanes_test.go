@@ -10,6 +10,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 // chatWithInbound runs the chat role on a fresh database and returns a
@@ -73,7 +74,7 @@ func TestReceiverLanes(t *testing.T) {
 		enqueue(update(3, "message", privateMessage(43, 1, "elsewhere", t0+1)))
 		enqueue(update(4, "message", privateMessage(42, 3, "third", t0+2)))
 
-		eventually(t, 10*time.Second, func() bool {
+		testwait.Until(t, 10*time.Second, "", func() bool {
 			return len(threadTexts(t, db, "43")) == 1 && count(t, db, `select count(*) from omni_parked where lane = 'receiver'`) == 3
 		}, func() string {
 			return fmt.Sprintf("thread 43 %v, parked %d", threadTexts(t, db, "43"),
@@ -83,13 +84,11 @@ func TestReceiverLanes(t *testing.T) {
 			t.Fatalf("thread 42 = %v while its first envelope fails, want nothing applied out of order", got)
 		}
 		undo()
-		eventually(t, 10*time.Second, func() bool { return len(threadTexts(t, db, "42")) == 3 },
-			func() string { return fmt.Sprintf("thread 42 = %v", threadTexts(t, db, "42")) })
+		testwait.Until(t, 10*time.Second, "", func() bool { return len(threadTexts(t, db, "42")) == 3 }, func() string { return fmt.Sprintf("thread 42 = %v", threadTexts(t, db, "42")) })
 		if got := strings.Join(threadTexts(t, db, "42"), ","); got != "first,second,third" {
 			t.Errorf("thread 42 = %s, want first,second,third", got)
 		}
-		eventually(t, 5*time.Second, func() bool { return count(t, db, `select count(*) from omni_parked`) == 0 },
-			func() string { return "the thread stayed parked" })
+		testwait.Until(t, 5*time.Second, "", func() bool { return count(t, db, `select count(*) from omni_parked`) == 0 }, func() string { return "the thread stayed parked" })
 	})
 
 	t.Run("an envelope that never applies ends in receiver.dlq and releases its thread", func(t *testing.T) {
@@ -98,8 +97,7 @@ func TestReceiverLanes(t *testing.T) {
 		failInserts(t, db, "poison")
 		enqueue(update(1, "message", privateMessage(42, 1, "poison", t0)))
 		enqueue(update(2, "message", privateMessage(42, 2, "after", t0+1)))
-		eventually(t, 10*time.Second, func() bool { return len(threadTexts(t, db, "42")) == 1 },
-			func() string { return fmt.Sprintf("thread 42 = %v", threadTexts(t, db, "42")) })
+		testwait.Until(t, 10*time.Second, "", func() bool { return len(threadTexts(t, db, "42")) == 1 }, func() string { return fmt.Sprintf("thread 42 = %v", threadTexts(t, db, "42")) })
 		if got := threadTexts(t, db, "42"); got[0] != "after" {
 			t.Errorf("thread 42 = %v, want the envelope after the poison one", got)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"switchyard/queue"
 	"switchyard/telegram/fakebot"
+	"switchyard/testwait"
 )
 
 func TestBusinessRoundTrip(t *testing.T) {
@@ -79,7 +80,7 @@ func TestBusinessRoundTrip(t *testing.T) {
 			}
 		}
 		postUpdate(t, p.base, testSecret, update(9002, "message", privateMessage(42, 2, "and then", t0+1)))
-		eventually(t, 10*time.Second, func() bool {
+		testwait.Until(t, 10*time.Second, "", func() bool {
 			return count(t, p.db, `select count(*) from omni_messages where text = 'and then'`) == 1
 		}, func() string { return "the later update was never applied" })
 		if n := count(t, p.db, `select count(*) from omni_messages where text = 'only once'`); n != 1 {
@@ -100,7 +101,7 @@ func TestBusinessRoundTrip(t *testing.T) {
 		if calls[0].Params["text"] != "Спасибо, скоро ответим" || calls[0].Params["business_connection_id"] != conn.ID {
 			t.Errorf("acknowledgement call = %v", calls[0].Params)
 		}
-		eventually(t, 5*time.Second, func() bool {
+		testwait.Until(t, 5*time.Second, "", func() bool {
 			return count(t, p.db, `select count(*) from omni_messages where origin = 'rule' and status = 'sent'`) == 1
 		}, func() string { return "the acknowledgement never became sent" })
 		if n := count(t, p.db, `select count(*) from omni_messages where origin = 'rule'`); n != 1 {
@@ -244,8 +245,7 @@ func TestOutboundFaults(t *testing.T) {
 		if len(list.Threads) != 1 || list.Threads[0].Contact.Reachable {
 			t.Errorf("contact = %+v, want unreachable", list.Threads[0].Contact)
 		}
-		eventually(t, 5*time.Second, func() bool { return len(deadLetters(t, p)) == 1 },
-			func() string { return "the failed send never reached the dead letters" })
+		testwait.Until(t, 5*time.Second, "", func() bool { return len(deadLetters(t, p)) == 1 }, func() string { return "the failed send never reached the dead letters" })
 		if n := len(p.fake.CallsTo("sendMessage")); n != 1 {
 			t.Errorf("%d calls, want 1 (a 403 is not retried)", n)
 		}
@@ -267,8 +267,7 @@ func TestOutboundFaults(t *testing.T) {
 			t.Errorf("failure reason = %q", m.FailureReason)
 		}
 		var dead []queue.DeadLetter
-		eventually(t, 5*time.Second, func() bool { dead = deadLetters(t, p); return len(dead) == 1 },
-			func() string { return fmt.Sprintf("dead letters = %d, want 1", len(dead)) })
+		testwait.Until(t, 5*time.Second, "", func() bool { dead = deadLetters(t, p); return len(dead) == 1 }, func() string { return fmt.Sprintf("dead letters = %d, want 1", len(dead)) })
 		if dead[0].Queue != QueueSenderRetry {
 			t.Errorf("dead letter of %s, want %s", dead[0].Queue, QueueSenderRetry)
 		}
@@ -367,7 +366,7 @@ func TestOutboundUnderRandomFaults(t *testing.T) {
 	}
 	wg.Wait()
 
-	eventually(t, 45*time.Second, func() bool {
+	testwait.Until(t, 45*time.Second, "", func() bool {
 		return count(t, p.db, `select count(*) from omni_messages where direction = 'outbound' and status in ('sent', 'failed')`) == replies
 	}, func() string {
 		return fmt.Sprintf("%d of %d replies settled", count(t, p.db, `select count(*) from omni_messages where direction = 'outbound' and status in ('sent', 'failed')`), replies)
@@ -407,10 +406,9 @@ func TestOutboundUnderRandomFaults(t *testing.T) {
 		}
 	}
 	failed := replies - sent
-	eventually(t, 10*time.Second, func() bool { return len(deadLetters(t, p)) == failed },
-		func() string {
-			return fmt.Sprintf("%d dead letters for %d failed replies", len(deadLetters(t, p)), failed)
-		})
+	testwait.Until(t, 10*time.Second, "", func() bool { return len(deadLetters(t, p)) == failed }, func() string {
+		return fmt.Sprintf("%d dead letters for %d failed replies", len(deadLetters(t, p)), failed)
+	})
 	if failed == 0 || sent < replies/2 {
 		t.Errorf("%d sent, %d failed: the faults did not bite as configured", sent, failed)
 	}

@@ -18,6 +18,7 @@ import (
 	"switchyard/store/storetest"
 	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
+	"switchyard/testwait"
 )
 
 // platform is the three roles and the admin API on one database, wired to a
@@ -92,7 +93,7 @@ func (p *platform) connect(t testing.TB, owner int64, canReply bool) telego.Busi
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "", func() bool {
 		c, err := connectionTx(context.Background(), p.db.Read, conn.ID)
 		return err == nil && c != nil
 	}, func() string { return "business connection " + conn.ID + " never stored" })
@@ -107,7 +108,7 @@ func (p *platform) customerWrites(t testing.TB, conn string, customer int64, tex
 		t.Fatal(err)
 	}
 	var id ThreadID
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "", func() bool {
 		err := p.db.Read.QueryRow(`select m.thread_id from omni_messages m join omni_threads t on t.id = m.thread_id
 			where t.business_connection_id = ? and t.chat_id = ? and m.text = ?`, conn, strconv.FormatInt(customer, 10), text).Scan(&id)
 		return err == nil
@@ -174,7 +175,7 @@ func (p *platform) message(t testing.TB, id MessageID) OmniMessage {
 func (p *platform) waitStatus(t testing.TB, id MessageID, want Status, timeout time.Duration) OmniMessage {
 	t.Helper()
 	var m OmniMessage
-	eventually(t, timeout, func() bool {
+	testwait.Until(t, timeout, "", func() bool {
 		m = p.message(t, id)
 		return m.Status == want
 	}, func() string {

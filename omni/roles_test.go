@@ -13,6 +13,7 @@ import (
 	"switchyard/store"
 	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
+	"switchyard/testwait"
 )
 
 // openProcessDB opens the database file as a separate process would: its
@@ -69,7 +70,7 @@ func TestRolesAsThreeProcesses(t *testing.T) {
 	var list struct {
 		Threads []Thread `json:"threads"`
 	}
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "", func() bool {
 		return admin.api(t, http.MethodGet, "/omni/threads", nil, &list) == http.StatusOK && len(list.Threads) == 1 && list.Threads[0].Unread == 1
 	}, func() string { return fmt.Sprintf("threads = %+v", list.Threads) })
 

@@ -9,6 +9,7 @@ import (
 
 	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
+	"switchyard/testwait"
 )
 
 // TestOutboundAsTwoProcesses runs the outbound role twice for one bot, on
@@ -73,8 +74,7 @@ func TestOutboundAsTwoProcesses(t *testing.T) {
 	}
 
 	// A third of the way, the holder stops; the standby takes over.
-	eventually(t, 30*time.Second, func() bool { return len(p.sends()) >= len(ids)/3 },
-		func() string { return fmt.Sprintf("%d of %d replies sent", len(p.sends()), len(ids)) })
+	testwait.Until(t, 30*time.Second, "", func() bool { return len(p.sends()) >= len(ids)/3 }, func() string { return fmt.Sprintf("%d of %d replies sent", len(p.sends()), len(ids)) })
 	holder, _, err := p.db.Lease(context.Background(), leaseName)
 	if err != nil {
 		t.Fatal(err)
@@ -92,8 +92,7 @@ func TestOutboundAsTwoProcesses(t *testing.T) {
 	}
 	sentByHolder := len(p.sends())
 
-	eventually(t, 60*time.Second, func() bool { return len(p.sends()) >= len(ids) },
-		func() string { return fmt.Sprintf("%d of %d replies sent", len(p.sends()), len(ids)) })
+	testwait.Until(t, 60*time.Second, "", func() bool { return len(p.sends()) >= len(ids) }, func() string { return fmt.Sprintf("%d of %d replies sent", len(p.sends()), len(ids)) })
 	if l, _, err := p.db.Lease(context.Background(), leaseName); err != nil || l.Owner != standby {
 		t.Errorf("lease after the holder stopped = %+v (%v), want the standby %s", l, err, standby)
 	}
@@ -157,7 +156,7 @@ func TestOutboundHandover(t *testing.T) {
 	stopOther := runWorker(t, other)
 	leaseName := telegram.SenderLeaseName(inboxBotID)
 	var holder string
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "", func() bool {
 		l, _, err := p.db.Lease(context.Background(), leaseName)
 		holder = l.Owner
 		return err == nil && l.HeldAt(p.db.Now())

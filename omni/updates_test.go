@@ -18,6 +18,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 // The fixtures in testdata/updates are Telegram updates as the Bot API
@@ -344,7 +345,7 @@ func TestTelegramUpdateTable(t *testing.T) {
 			}
 			return d
 		}
-		eventually(t, 20*time.Second, func() bool {
+		testwait.Until(t, 20*time.Second, "", func() bool {
 			return len(ledgerRows(t, db))+len(dead()) == len(fixtures)
 		}, func() string {
 			return fmt.Sprintf("%d of %d updates in the ledger, %d dead", len(ledgerRows(t, db)), len(fixtures), len(dead()))
@@ -479,8 +480,7 @@ func TestTelegramUpdateTable(t *testing.T) {
 				t.Fatalf("%s: %d %s", f.name, status, answer)
 			}
 		}
-		eventually(t, 20*time.Second, func() bool { return len(ledgerRows(t, db)) == len(posted) },
-			func() string { return fmt.Sprintf("%d of %d applied", len(ledgerRows(t, db)), len(posted)) })
+		testwait.Until(t, 20*time.Second, "", func() bool { return len(ledgerRows(t, db)) == len(posted) }, func() string { return fmt.Sprintf("%d of %d applied", len(ledgerRows(t, db)), len(posted)) })
 		ledger := ledgerRows(t, db)
 		for _, f := range posted {
 			if r := ledger[f.env.IdempotencyKey]; r.reason == string(IgnoreGroupChat) {

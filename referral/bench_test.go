@@ -11,6 +11,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 // BenchmarkUpserts10k measures the referral consumer on 10,000
@@ -172,7 +173,7 @@ func keyOf(v []byte) string {
 }
 
 func waitBonds(b *testing.B, h *harness, n int) {
-	waitFor(b, fmt.Sprintf("%d bonds", n), 5*time.Minute, func() bool {
+	testwait.Until(b, 5*time.Minute, fmt.Sprintf("%d bonds", n), func() bool {
 		return h.count(`select count(*) from referral_bonds`) >= n
 	})
 }

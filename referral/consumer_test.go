@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"switchyard/queue"
+	"switchyard/testwait"
 )
 
 // TestAttachThroughTheTopic drives branch B through pin.identity.users.v1:
@@ -491,11 +492,11 @@ func TestOwnerReplicaMissing(t *testing.T) {
 		h.link("late-owner", owner)
 		ev := upsert(user, 1).referrer("late-owner")
 		h.publish(ev.json())
-		waitFor(t, "a retry of the referral", 10*time.Second, func() bool { return h.group().Retrying == 1 })
+		testwait.Until(t, 10*time.Second, "a retry of the referral", func() bool { return h.group().Retrying == 1 })
 		// Later events of the same user wait; other users flow.
 		later := upsert(user, 2)
 		h.publish(later.json(), upsert(other, 1).json())
-		waitFor(t, "the other user's replica", 10*time.Second, func() bool { return h.replica(other) != nil })
+		testwait.Until(t, 10*time.Second, "the other user's replica", func() bool { return h.replica(other) != nil })
 		if r := h.replica(user); r != nil {
 			t.Fatalf("the retrying user's replica was written before its registration: %+v", r)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"switchyard/queue"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 func TestFullDatabase(t *testing.T) {
@@ -37,7 +38,7 @@ func TestFullDatabase(t *testing.T) {
 		makeRoom := storetest.FillUp(t, db, false)
 		h.start()
 		t.Cleanup(h.stop)
-		waitFor(t, "the consumers to meet the full database", 20*time.Second, func() bool {
+		testwait.Until(t, 20*time.Second, "the consumers to meet the full database", func() bool {
 			return strings.Count(logs.String(), "database or disk is full") >= 3
 		})
 

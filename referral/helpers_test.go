@@ -17,6 +17,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 // harness is a migrated database with the referral service consuming it.
@@ -125,33 +126,12 @@ func (h *harness) group() queue.GroupStats {
 	return queue.GroupStats{}
 }
 
-// waitFor polls cond every 10 ms until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	waitEvery(t, what, within, 10*time.Millisecond, cond)
-}
-
-// waitSlack stretches every wait's deadline: CI runs all packages' tests at
-// once on two cores, and a passing wait returns as soon as its condition holds.
-const waitSlack = 3
-
-func waitEvery(t testing.TB, what string, within, every time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within * waitSlack)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(every)
-	}
-}
-
 // waitIdle waits until the group has finished every published record.
 func (h *harness) waitIdle() {
 	h.t.Helper()
 	var last queue.GroupStats
 	// Stats reads every partition of every topic: poll it gently.
-	waitEvery(h.t, "the consumer group to finish every record", 30*time.Second, 50*time.Millisecond, func() bool {
+	testwait.Until(h.t, 30*time.Second, "the consumer group to finish every record", func() bool {
 		last = h.group()
 		return len(last.Partitions) == IdentityPartitions && last.Lag == 0 && last.Retrying == 0
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/queue"
+	"switchyard/testwait"
 )
 
 // apiServer serves the referral and queue admin routes under /admin/api.
@@ -136,7 +137,7 @@ func TestAdminAPI(t *testing.T) {
 			}
 		}
 		var body map[string]any
-		waitFor(t, "the referrer", 10*time.Second, func() bool {
+		testwait.Until(t, 10*time.Second, "the referrer", func() bool {
 			_, body = call(t, "GET", api+"/referral/users/"+string(user)+"/referrer", nil)
 			return body["hasReferrer"] == true
 		})

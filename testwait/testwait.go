@@ -4,6 +4,7 @@
 package testwait
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -20,7 +21,7 @@ const Every = 5 * time.Millisecond
 // Until checks cond every few milliseconds until it holds, and fails the
 // test if it still does not after within×Slack, naming what it waited for
 // and, when describe is given, what describe says of the state at the
-// deadline.
+// deadline (what may then be "", when describe says it all).
 func Until(t testing.TB, within time.Duration, what string, cond func() bool, describe ...func() string) {
 	t.Helper()
 	deadline := time.Now().Add(within * Slack)
@@ -28,11 +29,14 @@ func Until(t testing.TB, within time.Duration, what string, cond func() bool, de
 	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
-			state := ""
-			for _, d := range describe {
-				state += "; " + d()
+			said := []string{}
+			if what != "" {
+				said = append(said, what)
 			}
-			t.Fatalf("not within %s: %s%s", within*Slack, what, state)
+			for _, d := range describe {
+				said = append(said, d())
+			}
+			t.Fatalf("not within %s: %s", within*Slack, strings.Join(said, "; "))
 			return
 		}
 		<-tick.C
