@@ -25,10 +25,10 @@ import (
 
 	"switchyard/authlimit"
 	"switchyard/bot"
+	"switchyard/httpjson/httpjsontest"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web"
-	"switchyard/httpjson/httpjsontest"
 )
 
 const (

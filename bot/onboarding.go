@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"switchyard/authlimit"
+	"switchyard/httpjson"
 	"switchyard/store"
 	"switchyard/telegram"
-	"switchyard/httpjson"
 )
 
 // Update modes of the onboarding bot (BOT_TELEGRAM_UPDATES).

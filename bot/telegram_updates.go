@@ -20,9 +20,9 @@ import (
 	"github.com/mymmrac/telego"
 
 	"switchyard/authlimit"
+	"switchyard/httpjson"
 	"switchyard/store"
 	"switchyard/telegram"
-	"switchyard/httpjson"
 )
 
 // allowedUpdates are the kinds of updates the bot asks Telegram for.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"switchyard/store"
 	"switchyard/httpjson"
+	"switchyard/store"
 )
 
 // AdminOpts configure NewAdmin. Zero values get defaults.

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"switchyard/authlimit"
-	"switchyard/store"
 	"switchyard/httpjson"
+	"switchyard/store"
 )
 
 const (

@@ -10,9 +10,9 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/mymmrac/telego"
 
+	"switchyard/httpjson"
 	"switchyard/mask"
 	"switchyard/telegram/fakebot"
-	"switchyard/httpjson"
 )
 
 // Sandbox is the built-in fake Telegram Bot API that bots without a real

@@ -19,8 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"switchyard/authlimit"
-	"switchyard/store"
 	"switchyard/httpjson"
+	"switchyard/store"
 )
 
 // DefaultBodyLimit caps request bodies unless Options.BodyLimit says otherwise.
