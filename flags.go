@@ -38,8 +38,9 @@ func (b boolText) IsBoolFlag() bool   { return true }
 // parseFlags is how every command reads its options: each takes its value
 // from its flag, else from its environment variable, else from its
 // default, and hands it to its set; an error names the option and where the
-// value came from. It returns the arguments after the options. -h or --help
-// prints the command's usage (printUsage) to help and returns flag.ErrHelp.
+// value came from, and is an errUsage. It returns the arguments after the
+// options. -h or --help prints the command's usage (printUsage) to help and
+// returns flag.ErrHelp.
 func parseFlags(name string, opts []option, args []string, getenv func(string) string, help io.Writer) ([]string, error) {
 	fs := flag.NewFlagSet("switchyard "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -54,10 +55,10 @@ func parseFlags(name string, opts []option, args []string, getenv func(string) s
 		fs.StringVar(given[o.flag], o.flag, "", o.usage)
 	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		printUsage(help, name, opts)
+		printUsage(help, name)
 		return nil, err
 	} else if err != nil {
-		return nil, fmt.Errorf("%w (switchyard %s --help lists its options)", err, name)
+		return nil, usageError{fmt.Errorf("%w (switchyard %s --help lists its options)", err, name)}
 	}
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
@@ -70,7 +71,7 @@ func parseFlags(name string, opts []option, args []string, getenv func(string) s
 			v, from = *given[o.flag], "--"+o.flag
 		}
 		if err := o.set(v); err != nil {
-			return nil, fmt.Errorf("%s (from %s): %w", o.flag, from, err)
+			return nil, usageError{fmt.Errorf("%s (from %s): %w", o.flag, from, err)}
 		}
 	}
 	return fs.Args(), nil
@@ -84,12 +85,49 @@ func lookupEnv(getenv func(string) string, env string) string {
 	return getenv(env)
 }
 
+// takeOptions splits args into those that set one of opts (with the value
+// that follows a non-boolean one without =) and the rest, in order; it stops
+// at "--", which stays with the rest.
+func takeOptions(opts []option, args []string) (own, rest []string) {
+	byName := map[string]option{}
+	for _, o := range opts {
+		byName[o.flag] = o
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return own, append(rest, args[i:]...)
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		o, ok := byName[name]
+		if !strings.HasPrefix(a, "-") || !ok {
+			rest = append(rest, a)
+			continue
+		}
+		own = append(own, a)
+		if !hasValue && !o.boolean() && i+1 < len(args) {
+			i++
+			own = append(own, args[i])
+		}
+	}
+	return own, rest
+}
+
 // noArgs refuses arguments left after a command's options.
 func noArgs(rest []string) error {
 	if len(rest) > 0 {
-		return fmt.Errorf("unexpected argument %q", rest[0])
+		return usageError{fmt.Errorf("unexpected argument %q", rest[0])}
 	}
 	return nil
+}
+
+// oneArg is the one argument left after the options of the command name,
+// whose usage names it what (e.g. "DEST").
+func oneArg(name, what string, rest []string) (string, error) {
+	if len(rest) != 1 {
+		return "", usageError{fmt.Errorf("%s needs exactly one %s (switchyard %s --help)", name, what, name)}
+	}
+	return rest[0], nil
 }
 
 // withDefault is opts with the default of the option named flag replaced.
@@ -103,10 +141,14 @@ func withDefault(opts []option, flag, def string) []option {
 }
 
 // printUsage is a command's --help: its usage line, what it does, its
-// options with their environment variables and defaults, and the settings
-// it reads from the environment only.
-func printUsage(w io.Writer, name string, opts []option) {
+// options (from the command table) with their environment variables and
+// defaults, and the settings it reads from the environment only.
+func printUsage(w io.Writer, name string) {
 	cmd, _ := lookupCommand(name)
+	var opts []option
+	if cmd.options != nil {
+		opts = cmd.options()
+	}
 	line := "switchyard " + name
 	if len(opts) > 0 {
 		line += " [options]"
@@ -115,10 +157,25 @@ func printUsage(w io.Writer, name string, opts []option) {
 		line += " " + cmd.args
 	}
 	fmt.Fprintf(w, "Usage: %s\n\n%s\n", line, cmd.about())
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	if len(opts) > 0 {
-		fmt.Fprintln(w, "\nOptions (a flag wins over its environment variable):")
+	printOptions(w, opts)
+	if len(cmd.secrets) > 0 {
+		fmt.Fprintln(w, "\nSecrets (environment only, never flags):")
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		for _, s := range cmd.secrets {
+			fmt.Fprintf(tw, "  %s\t%s\n", s.env, s.usage)
+		}
+		tw.Flush()
 	}
+}
+
+// printOptions lists opts, each with its environment variable ("-" for
+// none) and default.
+func printOptions(w io.Writer, opts []option) {
+	if len(opts) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nOptions (a flag wins over its environment variable):")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	for _, o := range opts {
 		env, def := o.env, o.def
 		if env == "" {
@@ -130,13 +187,6 @@ func printUsage(w io.Writer, name string, opts []option) {
 		fmt.Fprintf(tw, "  --%s\t%s\tdefault %s\t%s\n", o.flag, env, def, o.usage)
 	}
 	tw.Flush()
-	if len(cmd.secrets) > 0 {
-		fmt.Fprintln(w, "\nSecrets (environment only, never flags):")
-		for _, s := range cmd.secrets {
-			fmt.Fprintf(tw, "  %s\t%s\n", s.env, s.usage)
-		}
-		tw.Flush()
-	}
 }
 
 // The setters of options' values.

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 )
@@ -33,11 +34,39 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "switchyard:", err)
-		os.Exit(1)
-	}
+	os.Exit(exitCode(err, os.Stderr))
 }
+
+// exitCode reports err on stderr and is the process's exit status: 0 for
+// none (or a --help), 2 for a command line switchyard cannot take (an
+// unknown command with the list of commands, a bad option), 1 otherwise.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintln(stderr, "switchyard:", err)
+	if errors.Is(err, errUnknownCommand) {
+		fmt.Fprintln(stderr)
+		printCommands(stderr)
+	}
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+// errUsage marks a command line switchyard cannot take: an unknown command
+// (errUnknownCommand), option or argument, or an option's bad value.
+var errUsage = errors.New("usage")
+
+// errUnknownCommand is the error of a command switchyard does not have.
+var errUnknownCommand error = usageError{errors.New("unknown command")}
+
+// usageError is err marked as errUsage, with err's text.
+type usageError struct{ err error }
+
+func (e usageError) Error() string   { return e.err.Error() }
+func (e usageError) Unwrap() []error { return []error{e.err, errUsage} }
 
 // command is one of switchyard's subcommands.
 type command struct {
@@ -47,6 +76,9 @@ type command struct {
 	// summary is the command's line in switchyard --help; more, when set,
 	// is what its own --help adds to it.
 	summary, more string
+	// options are what its --help lists: every option it parses (a fresh
+	// table, bound to nothing the command uses).
+	options func() []option
 	// secrets are what it reads from the environment only, for its --help.
 	secrets []secretEnv
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
@@ -54,30 +86,40 @@ type command struct {
 
 // about is what the command's --help says it does.
 func (c command) about() string {
-	if c.more == "" {
-		return c.summary + "."
+	s := strings.ToUpper(c.summary[:1]) + c.summary[1:] + "."
+	if c.more != "" {
+		s += " " + c.more
 	}
-	return c.summary + ". " + c.more
+	return s
 }
 
 // commands are switchyard's subcommands, in the order help lists them. Each
 // parses its options with parseFlags.
 func commands() []command {
 	return []command{
-		{name: "serve", summary: "run Switchyard (the default)", secrets: secretEnvs, run: serveCmd,
+		{name: "serve", summary: "run Switchyard (the default)", options: configOptions("serve"), secrets: secretEnvs, run: serveCmd,
 			more: "It runs the roles chosen with --roles, and always the admin API, console, health and metrics."},
-		{name: "migrate", summary: "apply database migrations and exit", run: migrateCmd},
-		{name: "publish", args: "FILE.jsonl", summary: "append a JSON Lines file to a topic", run: publishCmd,
+		{name: "migrate", summary: "apply database migrations and exit", options: configOptions("migrate"), run: migrateCmd},
+		{name: "publish", args: "FILE.jsonl", summary: "append a JSON Lines file to a topic", options: func() []option { return new(publishArgs).options() }, run: publishCmd,
 			more: "Each line is a record, keyed by its \"aggregateId\"; FILE - reads standard input."},
 		{name: "demo", summary: "serve on the sandbox with simulated traffic on all three flows", secrets: secretEnvs, run: demoCmd,
-			more: "It takes serve's options too, never talks to real Telegram (the bot tokens must be unset), and fails when the run failed."},
-		{name: "backup", args: "DEST", summary: "write an online backup of the database", run: backupCmd,
+			options: func() []option { return demoOptions(&demoTraffic{}, &config{}) },
+			more:    "It takes serve's options too, never talks to real Telegram (the bot tokens must be unset), and fails when the run failed."},
+		{name: "backup", args: "DEST", summary: "write an online backup of the database", options: configOptions("backup"), run: backupCmd,
 			more: "It is safe while an instance serves from the database; DEST must not exist."},
-		{name: "check", summary: "check the database file's integrity", run: checkCmd,
+		{name: "check", summary: "check the database file's integrity", options: func() []option { return new(checkArgs).options() }, run: checkCmd,
 			more: "It exits non-zero when the file is damaged."},
-		{name: "loadtest", summary: "drive a running instance through its public paths and report throughput and latency", secrets: loadtestSecrets, run: loadtestCmd},
-		{name: "version", summary: "print the version", run: versionCmd},
+		{name: "loadtest", summary: "drive a running instance through its public paths and report throughput and latency",
+			options: func() []option { return new(loadtestArgs).options() }, secrets: loadtestSecrets, run: loadtestCmd,
+			more: "Secrets come from the environment, or from the instance's database file with --db."},
+		{name: "version", summary: "print the version", options: func() []option { return nil }, run: versionCmd},
 	}
+}
+
+// configOptions are the options of the command scope that reads only the
+// config (config.options), for its --help.
+func configOptions(scope string) func() []option {
+	return func() []option { return new(config).options(scope) }
 }
 
 // lookupCommand is the command called name.
@@ -115,7 +157,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, ok := lookupCommand(name)
 	if !ok {
-		return fmt.Errorf("unknown command %q (try: switchyard help)", name)
+		return fmt.Errorf("%w %q (try: switchyard help)", errUnknownCommand, name)
 	}
 	return cmd.run(ctx, args, stdout, stderr)
 }

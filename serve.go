@@ -164,7 +164,7 @@ func serve(ctx context.Context, cfg *config, run *demoRun, stdout, stderr io.Wri
 		return err
 	}
 	u := serveURLs(cfg, ln)
-	app, err := wire(ctx, cfg, db, sec, log, u, run)
+	app, err := wireRun(ctx, cfg, db, sec, log, u, run)
 	if err != nil {
 		ln.Close()
 		return err

@@ -68,10 +68,15 @@ type part struct {
 	closers       []func()
 }
 
-// wire builds the subsystems this process runs, one function each, and the
-// console that serves their routes. run is `switchyard demo`'s run, nil
-// under serve.
-func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog.Logger, u urls, run *demoRun) (*app, error) {
+// wire builds the subsystems a serving process runs, one function each, and
+// the console that serves their routes.
+func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog.Logger, u urls) (*app, error) {
+	return wireRun(ctx, cfg, db, sec, log, u, nil)
+}
+
+// wireRun is wire with run, `switchyard demo`'s run (nil under serve), which
+// it hands to the demo worker.
+func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog.Logger, u urls, run *demoRun) (*app, error) {
 	w := wiring{cfg: cfg, db: db, sec: sec, log: log, u: u,
 		authLimit: authlimit.New(authlimit.Opts{Logger: log.With(slog.String("subsystem", "auth")), TrustedProxies: cfg.TrustedProxies})}
 	queues, queuesPart := wireQueues(w)
@@ -257,7 +262,7 @@ func wireChat(w wiring, sb *sandbox) (*omni.Admin, part) {
 		p.workers = append(p.workers, workerFunc{"omni-webhook", func(ctx context.Context) error {
 			tg, err := telegram.NewBot(token, api)
 			if err != nil {
-				return err
+				return fmt.Errorf("omni webhook: %w", err)
 			}
 			return in.RegisterWebhook(ctx, omni.RegisterOpts{Bot: tg, BaseURL: base})
 		}})
