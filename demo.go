@@ -55,7 +55,7 @@ func (d *demoTraffic) options() []option {
 		{"duration", "", "0", "how long traffic flows, e.g. 2m (0: until Ctrl-C)", func(v string) error {
 			t, err := time.ParseDuration(v)
 			if err != nil || t < 0 {
-				return fmt.Errorf("must be a duration such as 90s or 5m (0: until Ctrl-C)")
+				return errors.New("must be a duration such as 90s or 5m (0: until Ctrl-C)")
 			}
 			d.duration = t
 			return nil

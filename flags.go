@@ -210,7 +210,7 @@ func setBool(p *bool) func(string) error {
 	return func(v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return fmt.Errorf("must be true or false")
+			return errors.New("must be true or false")
 		}
 		*p = b
 		return nil
@@ -235,7 +235,7 @@ func setDuration(p *time.Duration) func(string) error {
 	return func(v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			return fmt.Errorf("must be a duration such as 30s, or 0")
+			return errors.New("must be a duration such as 30s, or 0")
 		}
 		*p = d
 		return nil
@@ -260,7 +260,7 @@ func setRate(p *float64) func(string) error {
 	return func(v string) error {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f < 0 {
-			return fmt.Errorf("must be a number of requests per second, 0 or more")
+			return errors.New("must be a number of requests per second, 0 or more")
 		}
 		*p = f
 		return nil

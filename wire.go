@@ -169,59 +169,75 @@ func wireSandbox(ctx context.Context, w wiring) (*sandbox, part, error) {
 	}, nil
 }
 
-// wireBot wires the bot outbox: the backend's contract, and the onboarding
-// bot that polls it (nil unless this process runs the bot role).
+// wireBot wires the bot outbox: the backend's contract (wireBackend), and
+// the onboarding bot that polls it (wireOnboarding; nil unless this process
+// runs the bot role).
 func wireBot(w wiring, sb *sandbox) (*bot.Backend, *bot.Onboarding, part, error) {
-	cfg, u, sec, log := w.cfg, w.u, w.sec, w.log
-	var p part
-	botToken, botAPI, botUsername := cfg.BotTelegramToken, cfg.TelegramAPIURL, cfg.BotUsername
-	if sb != nil && sb.onboardingToken != "" {
-		botToken, botAPI = sb.onboardingToken, u.self+sandboxPath
+	backend, bp := wireBackend(w)
+	if !w.cfg.has("bot") {
+		return backend, nil, bp, nil
 	}
-	if botUsername == "" && cfg.BotTelegramToken == "" {
-		botUsername = fmt.Sprintf("fake%d_bot", sandboxOnboardingBotID)
-	}
-	backend := bot.NewBackend(bot.BackendOpts{
-		DB:          w.db,
-		Secret:      sec.BotToBackend,
-		AuthLimiter: w.authLimit,
-		Logger:      log.With(slog.String("subsystem", "bot-backend")),
-		BotUsername: botUsername,
-	})
-	// Operators can always act on the backend domain; the /bot/* contract is
-	// served by processes that run the backend role.
-	p.admin = append(p.admin, backend.AdminRoutes)
-	if cfg.has("backend") {
-		p.public = append(p.public, backend.Routes)
-		p.onShutdown = append(p.onShutdown, backend.Shutdown)
-	}
-	if !cfg.has("bot") {
-		return backend, nil, p, nil
-	}
-	backendURL := cfg.BackendURL
-	if backendURL == "" {
-		backendURL = u.self
-	}
-	ob, err := bot.NewOnboarding(bot.OnboardingOpts{
-		DB:             w.db,
-		Logger:         log.With(slog.String("subsystem", "onboarding-bot")),
-		BackendURL:     backendURL,
-		BackendSecret:  sec.BotToBackend,
-		TelegramToken:  botToken,
-		TelegramAPIURL: botAPI,
-		Updates:        cfg.BotUpdates,
-		WebhookSecret:  sec.BotWebhook,
-		AuthLimiter:    w.authLimit,
-		WebhookURL:     u.public + onboardingWebhookPath,
-		CabinetURL:     u.public + "/admin",
-	})
+	ob, op, err := wireOnboarding(w, sb)
 	if err != nil {
 		return nil, nil, part{}, fmt.Errorf("onboarding bot: %w", err)
 	}
-	p.public = append(p.public, ob.Routes)
-	p.admin = append(p.admin, ob.AdminRoutes)
-	p.workers = append(p.workers, ob)
-	return backend, ob, p, nil
+	bp.public = append(bp.public, op.public...)
+	bp.admin = append(bp.admin, op.admin...)
+	bp.workers = append(bp.workers, op.workers...)
+	return backend, ob, bp, nil
+}
+
+// wireBackend wires the bot backend. Operators can always act on its
+// domain; the /bot/* contract is served by processes that run the backend
+// role.
+func wireBackend(w wiring) (*bot.Backend, part) {
+	username := w.cfg.BotUsername
+	if username == "" && w.cfg.BotTelegramToken == "" {
+		username = fmt.Sprintf("fake%d_bot", sandboxOnboardingBotID)
+	}
+	backend := bot.NewBackend(bot.BackendOpts{
+		DB:          w.db,
+		Secret:      w.sec.BotToBackend,
+		AuthLimiter: w.authLimit,
+		Logger:      w.log.With(slog.String("subsystem", "bot-backend")),
+		BotUsername: username,
+	})
+	p := part{admin: []web.RoutesFunc{backend.AdminRoutes}}
+	if w.cfg.has("backend") {
+		p.public = append(p.public, backend.Routes)
+		p.onShutdown = append(p.onShutdown, backend.Shutdown)
+	}
+	return backend, p
+}
+
+// wireOnboarding wires the onboarding bot: on the sandbox when it has no
+// token, calling the backend at --backend-url (default this process).
+func wireOnboarding(w wiring, sb *sandbox) (*bot.Onboarding, part, error) {
+	token, api := w.cfg.BotTelegramToken, w.cfg.TelegramAPIURL
+	if sb != nil && sb.onboardingToken != "" {
+		token, api = sb.onboardingToken, w.u.self+sandboxPath
+	}
+	backendURL := w.cfg.BackendURL
+	if backendURL == "" {
+		backendURL = w.u.self
+	}
+	ob, err := bot.NewOnboarding(bot.OnboardingOpts{
+		DB:             w.db,
+		Logger:         w.log.With(slog.String("subsystem", "onboarding-bot")),
+		BackendURL:     backendURL,
+		BackendSecret:  w.sec.BotToBackend,
+		TelegramToken:  token,
+		TelegramAPIURL: api,
+		Updates:        w.cfg.BotUpdates,
+		WebhookSecret:  w.sec.BotWebhook,
+		AuthLimiter:    w.authLimit,
+		WebhookURL:     w.u.public + onboardingWebhookPath,
+		CabinetURL:     w.u.public + "/admin",
+	})
+	if err != nil {
+		return nil, part{}, err
+	}
+	return ob, part{public: []web.RoutesFunc{ob.Routes}, admin: []web.RoutesFunc{ob.AdminRoutes}, workers: []worker{ob}}, nil
 }
 
 // wireReferral wires referral: its topics are declared by every process (so
