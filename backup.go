@@ -2,35 +2,20 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
 )
 
-// backupCmd is `switchyard backup FILE`: an online backup of the database,
+// backupCmd is `switchyard backup DEST`: an online backup of the database,
 // safe while an instance serves from it.
 func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("switchyard backup", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	db := fs.String("db", "", "database to back up (default $SWITCHYARD_DB or ./switchyard.db)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: switchyard backup [--db FILE] DEST   (DEST must not exist)")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	cfg := &config{}
+	rest, err := parseFlags("backup", cfg.options("backup"), args, getenv, stdout)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errors.New("backup needs exactly one DEST file")
-	}
-	var cfgArgs []string
-	if *db != "" {
-		cfgArgs = []string{"--db", *db}
-	}
-	cfg, err := parseConfig("backup", cfgArgs, getenv, stderr)
+	dest, err := oneArg("backup", "DEST", rest)
 	if err != nil {
 		return err
 	}
@@ -40,9 +25,9 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer st.Close()
 	start := time.Now()
-	if err := st.Backup(ctx, fs.Arg(0)); err != nil {
+	if err := st.Backup(ctx, dest); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "backed up %s to %s in %s\n", cfg.DB, fs.Arg(0), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "backed up %s to %s in %s\n", cfg.DB, dest, time.Since(start).Round(time.Millisecond))
 	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -39,44 +38,41 @@ func checkAtStart(ctx context.Context, db *store.DB, log *slog.Logger) error {
 	}
 }
 
+// checkArgs are check's options: the database's, and the kind of check.
+type checkArgs struct {
+	cfg   config
+	quick bool
+}
+
+func (a *checkArgs) options() []option {
+	return append(a.cfg.options("check"),
+		option{"quick", "", "false", "the quick check only (no index contents; what serve runs at start)", setBool(&a.quick)})
+}
+
 // checkCmd is `switchyard check`: SQLite's full integrity check (or the quick
 // one), reported on stdout; it exits non-zero when the file is damaged.
 func checkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("switchyard check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	db := fs.String("db", "", "database to check (default $SWITCHYARD_DB or ./switchyard.db)")
-	quick := fs.Bool("quick", false, "the quick check only (no index contents; what serve runs at start)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: switchyard check [--db FILE] [--quick]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	var cfgArgs []string
-	if *db != "" {
-		cfgArgs = []string{"--db", *db}
-	}
-	cfg, err := parseConfig("check", cfgArgs, getenv, stderr)
+	var a checkArgs
+	rest, err := parseFlags("check", a.options(), args, getenv, stdout)
 	if err != nil {
 		return err
 	}
+	if err := noArgs(rest); err != nil {
+		return err
+	}
+	cfg := &a.cfg
 	st, err := openStore(ctx, cfg, newLogger(cfg, stderr))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	kind := "full"
-	if *quick {
+	if a.quick {
 		kind = "quick"
 	}
 	fmt.Fprintf(stdout, "checking %s (%s integrity check)…\n", cfg.DB, kind)
 	start := time.Now()
-	if err := st.CheckIntegrity(ctx, !*quick); err != nil {
+	if err := st.CheckIntegrity(ctx, !a.quick); err != nil {
 		if errors.Is(err, store.ErrCorrupt) {
 			return fmt.Errorf("%w\nrestore the latest backup over the file (README, Backups)", err)
 		}

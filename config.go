@@ -2,15 +2,12 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"switchyard/authlimit"
@@ -63,29 +60,6 @@ type config struct {
 	OmniWebhook      string
 }
 
-// option is one flag with its environment fallback, so help can list both.
-type option struct {
-	flag, env, def, usage string
-	set                   func(string) error
-}
-
-// boolean reports whether the option is a switch: one whose default is true
-// or false, which may stand alone on the command line (--flag is
-// --flag=true).
-func (o option) boolean() bool { return o.def == "true" || o.def == "false" }
-
-// boolText is a boolean flag's text, kept for the option's set to parse.
-type boolText struct{ v *string }
-
-func (b boolText) String() string {
-	if b.v == nil {
-		return ""
-	}
-	return *b.v
-}
-func (b boolText) Set(v string) error { *b.v = v; return nil }
-func (b boolText) IsBoolFlag() bool   { return true }
-
 type secretEnv struct{ env, usage string }
 
 var secretEnvs = []secretEnv{
@@ -97,69 +71,47 @@ var secretEnvs = []secretEnv{
 	{"OMNI_WEBHOOK_SECRET", "secret Telegram sends to POST /webhooks/telegram, at least 16 bytes (generated on first start when unset)"},
 }
 
+// options are the options of the commands that open the database, or for
+// scope "serve" those of serve (and demo), in the order help lists them.
 func (c *config) options(scope string) []option {
-	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
-	duration := func(p *time.Duration) func(string) error {
-		return func(v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return fmt.Errorf("must be a positive duration such as 30s")
-			}
-			*p = d
-			return nil
-		}
-	}
-	opts := []option{
-		{"db", "SWITCHYARD_DB", "./switchyard.db", "SQLite database file", str(&c.DB)},
-		{"sync", "SWITCHYARD_SYNC", "FULL", "SQLite synchronous mode: FULL (a commit survives power loss) or NORMAL", func(v string) error {
-			v = strings.ToUpper(v)
-			if v != "FULL" && v != "NORMAL" {
-				return fmt.Errorf("must be FULL or NORMAL")
-			}
-			c.Sync = v
-			return nil
-		}},
-		{"log-format", "SWITCHYARD_LOG_FORMAT", "text", "log format: text or json", func(v string) error {
-			if v != "text" && v != "json" {
-				return fmt.Errorf("must be text or json")
-			}
-			c.LogFormat = v
-			return nil
-		}},
-		{"log-level", "SWITCHYARD_LOG_LEVEL", "info", "log level: debug, info, warn or error", func(v string) error {
-			switch v {
-			case "debug", "info", "warn", "error":
-				c.LogLevel = v
-				return nil
-			}
-			return fmt.Errorf("must be debug, info, warn or error")
-		}},
-	}
+	opts := c.storeOptions()
 	if scope != "serve" {
 		return opts
 	}
-	return append(opts,
-		option{"addr", "SWITCHYARD_ADDR", "127.0.0.1:8080", "HTTP listen address", str(&c.Addr)},
-		option{"roles", "SWITCHYARD_ROLES", "all", "workers to run: all, or a comma-separated subset of " + strings.Join(allRoles, ","), c.setRoles},
-		option{"public-url", "SWITCHYARD_PUBLIC_URL", "", "URL the console is reached at, for printed links (default http://<addr>)", str(&c.PublicURL)},
-		option{"shutdown-timeout", "SWITCHYARD_SHUTDOWN_TIMEOUT", "15s", "how long in-flight requests and jobs may take to finish on SIGINT/SIGTERM", func(v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return fmt.Errorf("must be a positive duration such as 15s")
-			}
-			c.ShutdownTimeout = d
-			return nil
+	opts = append(opts, c.serveOptions()...)
+	opts = append(opts, c.telegramOptions()...)
+	return append(opts, c.httpOptions()...)
+}
+
+// storeOptions are the database's and the log's.
+func (c *config) storeOptions() []option {
+	return []option{
+		{"db", "SWITCHYARD_DB", "./switchyard.db", "SQLite database file", setString(&c.DB)},
+		{"sync", "SWITCHYARD_SYNC", "FULL", "SQLite synchronous mode: FULL (a commit survives power loss) or NORMAL", func(v string) error {
+			return setOneOf(&c.Sync, "FULL", "NORMAL")(strings.ToUpper(v))
 		}},
-		option{"telegram-api-url", "TELEGRAM_API_URL", "", "Bot API base URL for both bots (default Telegram's; the sandbox when no token is set)", str(&c.TelegramAPIURL)},
-		option{"bot-updates", "BOT_TELEGRAM_UPDATES", "longpoll", "how the onboarding bot gets updates: longpoll or webhook (at <public-url>/webhooks/bot)", func(v string) error {
-			if v != "longpoll" && v != "webhook" {
-				return fmt.Errorf("must be longpoll or webhook")
-			}
-			c.BotUpdates = v
-			return nil
-		}},
-		option{"bot-username", "BOT_TELEGRAM_USERNAME", "", "the onboarding bot's @username for t.me deep links (default: the sandbox bot's)", str(&c.BotUsername)},
-		option{"omni-group-chats", "OMNI_GROUP_CHATS", "ignore", "group, supergroup and channel chats of the business-inbox bot: ignore (stored as ignored, no thread) or thread (a thread each, never auto-acknowledged)", func(v string) error {
+		{"log-format", "SWITCHYARD_LOG_FORMAT", "text", "log format: text or json", setOneOf(&c.LogFormat, "text", "json")},
+		{"log-level", "SWITCHYARD_LOG_LEVEL", "info", "log level: debug, info, warn or error", setOneOf(&c.LogLevel, "debug", "info", "warn", "error")},
+	}
+}
+
+// serveOptions are where serve listens, what it runs and how it stops.
+func (c *config) serveOptions() []option {
+	return []option{
+		{"addr", "SWITCHYARD_ADDR", "127.0.0.1:8080", "HTTP listen address", setString(&c.Addr)},
+		{"roles", "SWITCHYARD_ROLES", "all", "workers to run: all, or a comma-separated subset of " + strings.Join(allRoles, ","), c.setRoles},
+		{"public-url", "SWITCHYARD_PUBLIC_URL", "", "URL the console is reached at, for printed links (default http://<addr>)", setString(&c.PublicURL)},
+		{"shutdown-timeout", "SWITCHYARD_SHUTDOWN_TIMEOUT", "15s", "how long in-flight requests and jobs may take to finish on SIGINT/SIGTERM", setPositiveDuration(&c.ShutdownTimeout, "15s")},
+	}
+}
+
+// telegramOptions are the bots'.
+func (c *config) telegramOptions() []option {
+	return []option{
+		{"telegram-api-url", "TELEGRAM_API_URL", "", "Bot API base URL for both bots (default Telegram's; the sandbox when no token is set)", setString(&c.TelegramAPIURL)},
+		{"bot-updates", "BOT_TELEGRAM_UPDATES", "longpoll", "how the onboarding bot gets updates: longpoll or webhook (at <public-url>/webhooks/bot)", setOneOf(&c.BotUpdates, "longpoll", "webhook")},
+		{"bot-username", "BOT_TELEGRAM_USERNAME", "", "the onboarding bot's @username for t.me deep links (default: the sandbox bot's)", setString(&c.BotUsername)},
+		{"omni-group-chats", "OMNI_GROUP_CHATS", "ignore", "group, supergroup and channel chats of the business-inbox bot: ignore (stored as ignored, no thread) or thread (a thread each, never auto-acknowledged)", func(v string) error {
 			g, err := omni.ParseGroupChats(v)
 			if err != nil {
 				return fmt.Errorf("must be ignore or thread")
@@ -167,34 +119,19 @@ func (c *config) options(scope string) []option {
 			c.OmniGroupChats = g
 			return nil
 		}},
-		option{"backend-url", "SWITCHYARD_BACKEND_URL", "", "base URL of the /bot/* contract the bot calls (default: this process)", str(&c.BackendURL)},
-		option{"sandbox-public", "SWITCHYARD_SANDBOX_PUBLIC", "false", "serve the sandbox Bot API on a non-loopback --addr (refused otherwise while a bot has no token)", func(v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("must be true or false")
-			}
-			c.SandboxPublic = b
-			return nil
-		}},
-		option{"body-limit", "SWITCHYARD_BODY_LIMIT", "1048576", "largest accepted request body in bytes (413 beyond)", func(v string) error {
-			var n int64
-			if _, err := fmt.Sscan(v, &n); err != nil || n <= 0 {
-				return fmt.Errorf("must be a positive number of bytes")
-			}
-			c.BodyLimit = n
-			return nil
-		}},
-		option{"read-timeout", "SWITCHYARD_READ_TIMEOUT", "30s", "longest a request, body included, may take to arrive; a slower one is cut", duration(&c.ReadTimeout)},
-		option{"write-timeout", "SWITCHYARD_WRITE_TIMEOUT", "60s", "longest an answer may take; long polls hold their connection for their own wait", duration(&c.WriteTimeout)},
-		option{"max-connections", "SWITCHYARD_MAX_CONNECTIONS", "1024", "most HTTP connections open at once (more wait; idle keep-alive ones give way); lowered to fit the open-file limit", func(v string) error {
-			var n int
-			if _, err := fmt.Sscan(v, &n); err != nil || n <= 0 {
-				return fmt.Errorf("must be a positive number")
-			}
-			c.MaxConnections = n
-			return nil
-		}},
-		option{"trusted-proxies", "SWITCHYARD_TRUSTED_PROXIES", "", "reverse proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For names the client for the auth throttle; unset, every client behind a proxy shares its address", func(v string) error {
+		{"backend-url", "SWITCHYARD_BACKEND_URL", "", "base URL of the /bot/* contract the bot calls (default: this process)", setString(&c.BackendURL)},
+	}
+}
+
+// httpOptions are the HTTP server's exposure and limits.
+func (c *config) httpOptions() []option {
+	return []option{
+		{"sandbox-public", "SWITCHYARD_SANDBOX_PUBLIC", "false", "serve the sandbox Bot API on a non-loopback --addr (refused otherwise while a bot has no token)", setBool(&c.SandboxPublic)},
+		{"body-limit", "SWITCHYARD_BODY_LIMIT", "1048576", "largest accepted request body in bytes (413 beyond)", setCount(&c.BodyLimit, 1, "a positive number of bytes")},
+		{"read-timeout", "SWITCHYARD_READ_TIMEOUT", "30s", "longest a request, body included, may take to arrive; a slower one is cut", setPositiveDuration(&c.ReadTimeout, "30s")},
+		{"write-timeout", "SWITCHYARD_WRITE_TIMEOUT", "60s", "longest an answer may take; long polls hold their connection for their own wait", setPositiveDuration(&c.WriteTimeout, "30s")},
+		{"max-connections", "SWITCHYARD_MAX_CONNECTIONS", "1024", "most HTTP connections open at once (more wait; idle keep-alive ones give way); lowered to fit the open-file limit", setCount(&c.MaxConnections, 1, "a positive number")},
+		{"trusted-proxies", "SWITCHYARD_TRUSTED_PROXIES", "", "reverse proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For names the client for the auth throttle; unset, every client behind a proxy shares its address", func(v string) error {
 			p, err := authlimit.ParseTrustedProxies(v)
 			if err != nil {
 				return fmt.Errorf("must be IP addresses or CIDR prefixes: %w", err)
@@ -202,7 +139,7 @@ func (c *config) options(scope string) []option {
 			c.TrustedProxies = p
 			return nil
 		}},
-	)
+	}
 }
 
 func (c *config) setRoles(v string) error {
@@ -228,42 +165,32 @@ func (c *config) setRoles(v string) error {
 // has reports whether this process runs role.
 func (c *config) has(role string) bool { return slices.Contains(c.Roles, role) }
 
-// parseConfig reads flags for the subcommand scope, falling back to the
-// environment, then to the defaults.
+// parseConfig reads the options of the command scope ("serve",
+// "migrate", …) from args, falling back to the environment, then to the
+// defaults, and the secrets from the environment; serve's secrets must be
+// strong enough (checkSecrets).
 func parseConfig(scope string, args []string, getenv func(string) string, help io.Writer) (*config, error) {
 	c := &config{}
-	opts := c.options(scope)
-	fs := flag.NewFlagSet("switchyard "+scope, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	given := map[string]*string{}
-	for _, o := range opts {
-		given[o.flag] = new(string)
-		if o.boolean() {
-			fs.Var(boolText{given[o.flag]}, o.flag, o.usage)
-			continue
-		}
-		fs.StringVar(given[o.flag], o.flag, "", o.usage)
-	}
-	fs.Usage = func() { printUsage(help, scope, opts) }
-	if err := fs.Parse(args); err != nil {
+	if err := c.parse(scope, c.options(scope), args, getenv, help); err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if scope == "serve" {
+		if err := c.checkSecrets(); err != nil {
+			return nil, err
+		}
 	}
-	explicit := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
-	for _, o := range opts {
-		v, from := o.def, "default"
-		if e := getenv(o.env); e != "" {
-			v, from = e, o.env
-		}
-		if explicit[o.flag] {
-			v, from = *given[o.flag], "--"+o.flag
-		}
-		if err := o.set(v); err != nil {
-			return nil, fmt.Errorf("%s (from %s): %w", o.flag, from, err)
-		}
+	return c, nil
+}
+
+// parse reads opts of the command name, which takes no arguments beyond
+// its options, and the secrets from the environment.
+func (c *config) parse(name string, opts []option, args []string, getenv func(string) string, help io.Writer) error {
+	rest, err := parseFlags(name, opts, args, getenv, help)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(rest); err != nil {
+		return err
 	}
 	c.AdminToken = getenv("SWITCHYARD_ADMIN_TOKEN")
 	c.BotToBackend = getenv("BOT_TO_BACKEND_SECRET")
@@ -271,12 +198,7 @@ func parseConfig(scope string, args []string, getenv func(string) string, help i
 	c.BotWebhookSecret = getenv("BOT_TELEGRAM_WEBHOOK_SECRET")
 	c.OmniToken = getenv("OMNI_TELEGRAM_TOKEN")
 	c.OmniWebhook = getenv("OMNI_WEBHOOK_SECRET")
-	if scope == "serve" {
-		if err := c.checkSecrets(); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return nil
 }
 
 // minSecretBytes is the shortest secret serve accepts from the environment;
@@ -303,26 +225,6 @@ func (c *config) checkSecrets() error {
 		}
 	}
 	return nil
-}
-
-func printUsage(w io.Writer, scope string, opts []option) {
-	fmt.Fprintf(w, "Usage: switchyard %s [options]\n\nOptions (a flag wins over its environment variable):\n", scope)
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	for _, o := range opts {
-		def := o.def
-		if def == "" {
-			def = `""`
-		}
-		fmt.Fprintf(tw, "  --%s\t%s\tdefault %s\t%s\n", o.flag, o.env, def, o.usage)
-	}
-	tw.Flush()
-	if scope == "serve" {
-		fmt.Fprintln(w, "\nSecrets (environment only, never flags):")
-		for _, s := range secretEnvs {
-			fmt.Fprintf(tw, "  %s\t%s\n", s.env, s.usage)
-		}
-		tw.Flush()
-	}
 }
 
 func getenv(k string) string { return os.Getenv(k) }

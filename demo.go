@@ -16,8 +16,8 @@ import (
 )
 
 // demoRun is what `switchyard demo` asks of the process it serves: traffic at
-// rate for duration, progress on out, stopped by signals. It reaches the demo
-// worker through wire's context.
+// rate for duration, progress on out, stopped by signals. demoCmd hands it
+// to serve, which hands it to wire's demo worker.
 type demoRun struct {
 	rate     float64
 	duration time.Duration
@@ -31,11 +31,50 @@ type demoRun struct {
 	done func(demo.Summary, error)
 }
 
-type demoRunKey struct{}
-
 // errRunFailed is the exit of a demo whose summary shows a failed run: a
 // broken or unchecked promise, most journeys of a flow failed.
 var errRunFailed = errors.New("demo: the run failed (see the summary)")
+
+// demoTraffic is demo's own options: the simulated traffic.
+type demoTraffic struct {
+	rate     float64
+	duration time.Duration
+}
+
+// options are demo's own options; serve's follow them (demoOptions).
+func (d *demoTraffic) options() []option {
+	return []option{
+		{"rate", "", strconv.Itoa(demo.DefaultRate), fmt.Sprintf("new arrivals per second, shared by the three flows (at most %d)", demo.MaxRate), func(v string) error {
+			r, err := strconv.ParseFloat(v, 64)
+			if err != nil || r <= 0 || r > demo.MaxRate {
+				return fmt.Errorf("must be a number of arrivals per second above 0 and at most %d", demo.MaxRate)
+			}
+			d.rate = r
+			return nil
+		}},
+		{"duration", "", "0", "how long traffic flows, e.g. 2m (0: until Ctrl-C)", func(v string) error {
+			t, err := time.ParseDuration(v)
+			if err != nil || t < 0 {
+				return errors.New("must be a duration such as 90s or 5m (0: until Ctrl-C)")
+			}
+			d.duration = t
+			return nil
+		}},
+	}
+}
+
+// demoOptions are everything demo takes, as demo --help lists them: its
+// own options, then serve's (demoServeOptions).
+func demoOptions(d *demoTraffic, c *config) []option {
+	return append(d.options(), demoServeOptions(c)...)
+}
+
+// demoServeOptions are serve's options as demo takes them: the log level
+// defaults to warn, for the progress lines are the show and the log keeps to
+// what needs attention.
+func demoServeOptions(c *config) []option {
+	return withDefault(c.options("serve"), "log-level", "warn")
+}
 
 // demoCmd is `switchyard demo`: serve with the same flags, on the sandbox Bot
 // API, plus the simulator driving this very process at --rate arrivals per
@@ -48,25 +87,30 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if slicesHasHelp(rest) {
-		fmt.Fprint(stdout, `Usage: switchyard demo [--rate N] [--duration D] [serve options]
-
-Runs Switchyard on the sandbox Bot API with simulated traffic on all three flows.
-  --rate N       new arrivals per second, shared by the three flows (default 3)
-  --duration D   how long traffic flows, e.g. 2m (default 0: until Ctrl-C)
-
-`)
-		_, err := parseConfig("serve", []string{"--help"}, getenv, stdout)
+	cfg := &config{}
+	if err := cfg.parse("demo", demoServeOptions(cfg), rest, getenv, stdout); err != nil {
 		return err
 	}
-	if !hasFlag(rest, "log-level") && getenv("SWITCHYARD_LOG_LEVEL") == "" {
-		// The progress lines are the show; keep the log to what needs attention.
-		rest = append(rest, "--log-level", "warn")
-	}
-	cfg, err := parseConfig("serve", rest, getenv, stdout)
-	if err != nil {
+	if err := checkDemoConfig(cfg); err != nil {
 		return err
 	}
+	return runDemo(ctx, cfg, demoTraffic{rate: rate, duration: duration}, stdout, stderr)
+}
+
+// demoFlags takes demo's own options (--rate, --duration) out of args and
+// reads them with parseFlags; the rest of args are serve's options.
+func demoFlags(args []string) (rate float64, duration time.Duration, rest []string, err error) {
+	var d demoTraffic
+	own, rest := takeOptions(d.options(), args)
+	if _, err := parseFlags("demo", d.options(), own, getenv, io.Discard); err != nil {
+		return 0, 0, nil, err
+	}
+	return d.rate, d.duration, rest, nil
+}
+
+// checkDemoConfig refuses what the demo must never run with: a real bot
+// token, a process missing a role, a bot calling another backend.
+func checkDemoConfig(cfg *config) error {
 	switch {
 	case cfg.BotTelegramToken != "" || cfg.OmniToken != "":
 		return errors.New("demo runs on the sandbox Bot API and never writes to real Telegram users: unset BOT_TELEGRAM_TOKEN and OMNI_TELEGRAM_TOKEN")
@@ -75,7 +119,12 @@ Runs Switchyard on the sandbox Bot API with simulated traffic on all three flows
 	case cfg.BackendURL != "":
 		return errors.New("demo needs the bot to call this process (unset SWITCHYARD_BACKEND_URL)")
 	}
+	return nil
+}
 
+// runDemo serves cfg with the demo run t, until the run ends or a signal
+// stops it, and returns the run's outcome with serve's.
+func runDemo(ctx context.Context, cfg *config, t demoTraffic, stdout, stderr io.Writer) error {
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServe()
 	var (
@@ -83,7 +132,7 @@ Runs Switchyard on the sandbox Bot API with simulated traffic on all three flows
 		result error
 	)
 	run := &demoRun{
-		rate: rate, duration: duration, out: stdout, signals: ctx, started: make(chan struct{}),
+		rate: t.rate, duration: t.duration, out: stdout, signals: ctx, started: make(chan struct{}),
 		done: func(sum demo.Summary, err error) {
 			mu.Lock()
 			result = err
@@ -103,62 +152,10 @@ Runs Switchyard on the sandbox Bot API with simulated traffic on all three flows
 			stopServe()
 		}
 	}()
-	err = serve(context.WithValue(serveCtx, demoRunKey{}, run), cfg, stdout, stderr)
+	err := serve(serveCtx, cfg, run, stdout, stderr)
 	mu.Lock()
 	defer mu.Unlock()
 	return errors.Join(err, result)
-}
-
-// demoFlags takes --rate and --duration out of args and leaves serve's.
-func demoFlags(args []string) (rate float64, duration time.Duration, rest []string, err error) {
-	for i := 0; i < len(args); i++ {
-		name, value, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
-		if !strings.HasPrefix(args[i], "-") || (name != "rate" && name != "duration") {
-			rest = append(rest, args[i])
-			continue
-		}
-		if !hasValue {
-			if i+1 >= len(args) {
-				return 0, 0, nil, fmt.Errorf("flag --%s needs a value", name)
-			}
-			i++
-			value = args[i]
-		}
-		switch name {
-		case "rate":
-			rate, err = strconv.ParseFloat(value, 64)
-			if err != nil || rate <= 0 || rate > demo.MaxRate {
-				return 0, 0, nil, fmt.Errorf("--rate must be a number of arrivals per second above 0 and at most %d, not %q", demo.MaxRate, value)
-			}
-		case "duration":
-			duration, err = time.ParseDuration(value)
-			if err != nil || duration < 0 {
-				return 0, 0, nil, fmt.Errorf("--duration must be a duration such as 90s or 5m (0: until Ctrl-C), not %q", value)
-			}
-		}
-	}
-	return rate, duration, rest, nil
-}
-
-func slicesHasHelp(args []string) bool {
-	for _, a := range args {
-		if a == "-h" || a == "-help" || a == "--help" {
-			return true
-		}
-	}
-	return false
-}
-
-// hasFlag reports whether args set the flag name (-name, --name, with or
-// without =value).
-func hasFlag(args []string, name string) bool {
-	for _, a := range args {
-		n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if strings.HasPrefix(a, "-") && n == name {
-			return true
-		}
-	}
-	return false
 }
 
 // demoWorker is the demo inside a sandbox process: it seeds the database
@@ -175,7 +172,7 @@ type demoWorker struct {
 // newDemoWorker returns the demo worker of a process whose bots both run on
 // its sandbox, or nil when a bot has a real token (no demo data, ever, next
 // to real Telegram users) or does not run here.
-func newDemoWorker(ctx context.Context, cfg *config, sec secrets, u urls, sb *sandbox, log *slog.Logger) *demoWorker {
+func newDemoWorker(cfg *config, sec secrets, u urls, sb *sandbox, run *demoRun, log *slog.Logger) *demoWorker {
 	if sb == nil || sb.onboardingToken == "" || sb.omniToken == "" ||
 		cfg.BotTelegramToken != "" || cfg.OmniToken != "" {
 		return nil
@@ -185,7 +182,6 @@ func newDemoWorker(ctx context.Context, cfg *config, sec secrets, u urls, sb *sa
 		OnboardingToken: sb.onboardingToken, OmniToken: sb.omniToken,
 		Logger: log,
 	}
-	run, _ := ctx.Value(demoRunKey{}).(*demoRun)
 	if run != nil {
 		opts.Rate, opts.Duration, opts.Progress = run.rate, run.duration, run.out
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,55 +12,81 @@ import (
 	"switchyard/store"
 )
 
+// loadtestSecrets are what loadtest reads from the environment only.
+var loadtestSecrets = []secretEnv{
+	{"SWITCHYARD_ADMIN_TOKEN", "the instance's admin token (required, here or in --db)"},
+	{"BOT_TO_BACKEND_SECRET", "the instance's /bot/* Bearer secret, for the outbox path"},
+	{"OMNI_WEBHOOK_SECRET", "the instance's webhook secret, for the webhook path"},
+}
+
+// defaultLoadDuration is how long loadtest loads when neither --duration
+// nor --count bounds it.
+const defaultLoadDuration = 10 * time.Second
+
+// loadtestArgs are loadtest's options.
+type loadtestArgs struct {
+	url, db string
+	opts    loadtest.Opts
+	// duration is --duration, nil when unset: then the run is bounded by
+	// --count when set, else by defaultLoadDuration.
+	duration *time.Duration
+}
+
+func (a *loadtestArgs) options() []option {
+	o := &a.opts
+	return []option{
+		{"url", "", "http://127.0.0.1:8080", "base URL of the running instance", setString(&a.url)},
+		{"paths", "", "all", "paths to load: all, or a comma-separated subset of webhook,outbox,topic", func(v string) error {
+			ps, err := loadtest.ParsePaths(v)
+			o.Paths = ps
+			return err
+		}},
+		{"rate", "", "0", "requests per second per path (0: flat out)", setRate(&o.Rate)},
+		{"duration", "", "", "how long to load, e.g. 30s (unset: 10s, or with --count until the count is sent)", a.setDuration},
+		{"count", "", "0", "requests per path (0: until --duration ends)", setCount(&o.Count, 0, "a number of requests, 0 or more")},
+		{"concurrency", "", "0", "connections per path (0: 64 for webhooks, 16 otherwise)", setCount(&o.Concurrency, 0, "a number of connections, 0 or more")},
+		{"consume", "", "true", "drain the outbox through /bot/events/pending + ack and time emit → ack (run the instance with --roles that leave out bot)", setBool(&o.Consume)},
+		{"drain", "", "30s", "how long to wait after the load for consumers to catch up", setDuration(&o.Drain)},
+		{"db", "", "", "the instance's database file, to read generated secrets from when the environment has none", setString(&a.db)},
+	}
+}
+
+func (a *loadtestArgs) setDuration(v string) error {
+	if v == "" {
+		a.duration = nil
+		return nil
+	}
+	var d time.Duration
+	if err := setDuration(&d)(v); err != nil {
+		return err
+	}
+	a.duration = &d
+	return nil
+}
+
 // loadtestCmd is `switchyard loadtest`: it drives a running instance through
 // its public paths and prints throughput, latency and errors per path.
 func loadtestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("switchyard loadtest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		url         = fs.String("url", "http://127.0.0.1:8080", "base URL of the running instance")
-		paths       = fs.String("paths", "all", "paths to load: all, or a comma-separated subset of webhook,outbox,topic")
-		rate        = fs.Float64("rate", 0, "requests per second per path (0: flat out)")
-		duration    = fs.Duration("duration", 10*time.Second, "how long to load (0 with --count: until the count is sent)")
-		count       = fs.Int("count", 0, "requests per path (0: until --duration ends)")
-		concurrency = fs.Int("concurrency", 0, "connections per path (default 64 for webhooks, 16 otherwise)")
-		consume     = fs.Bool("consume", true, "drain the outbox through /bot/events/pending + ack and time emit → ack (run the instance with --roles that leave out bot)")
-		drain       = fs.Duration("drain", 30*time.Second, "how long to wait after the load for consumers to catch up")
-		dbPath      = fs.String("db", "", "the instance's database file, to read generated secrets from when the environment has none")
-	)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: switchyard loadtest [options]\n\nSecrets come from SWITCHYARD_ADMIN_TOKEN, BOT_TO_BACKEND_SECRET and OMNI_WEBHOOK_SECRET,\nor from the instance's database file with --db.\n\nOptions:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	ps, err := loadtest.ParsePaths(*paths)
+	var a loadtestArgs
+	rest, err := parseFlags("loadtest", a.options(), args, getenv, stdout)
 	if err != nil {
 		return err
 	}
-	if *count > 0 && !isFlagSet(fs, "duration") {
-		*duration = 0
+	if err := noArgs(rest); err != nil {
+		return err
 	}
-	sec := map[string]string{
-		"secret.admin_token":    getenv("SWITCHYARD_ADMIN_TOKEN"),
-		"secret.bot_to_backend": getenv("BOT_TO_BACKEND_SECRET"),
-		"secret.omni_webhook":   getenv("OMNI_WEBHOOK_SECRET"),
+	opts := a.opts
+	switch {
+	case a.duration != nil:
+		opts.Duration = *a.duration
+	case opts.Count == 0:
+		opts.Duration = defaultLoadDuration
 	}
-	if *dbPath != "" {
-		if err := secretsFromFile(ctx, *dbPath, sec); err != nil {
-			return err
-		}
+	if err := a.secrets(ctx, &opts); err != nil {
+		return err
 	}
-	if sec["secret.admin_token"] == "" {
-		return errors.New("no admin token: set SWITCHYARD_ADMIN_TOKEN or pass --db")
-	}
-	rep, err := loadtest.Run(ctx, loadtest.Opts{
-		BaseURL: *url, AdminToken: sec["secret.admin_token"], BotSecret: sec["secret.bot_to_backend"],
-		WebhookSecret: sec["secret.omni_webhook"],
-		Paths:         ps, Rate: *rate, Duration: *duration, Count: *count, Concurrency: *concurrency,
-		Consume: *consume, Drain: *drain, Progress: stderr,
-	})
+	opts.BaseURL, opts.Progress = a.url, stderr
+	rep, err := loadtest.Run(ctx, opts)
 	rep.Print(stdout)
 	if errors.Is(err, context.Canceled) {
 		return nil // Ctrl-C: the report of what ran is the answer
@@ -69,12 +94,31 @@ func loadtestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return err
 }
 
+// secrets sets opts' secrets from the environment, or else from --db.
+func (a *loadtestArgs) secrets(ctx context.Context, opts *loadtest.Opts) error {
+	sec := map[string]string{
+		"secret.admin_token":    getenv("SWITCHYARD_ADMIN_TOKEN"),
+		"secret.bot_to_backend": getenv("BOT_TO_BACKEND_SECRET"),
+		"secret.omni_webhook":   getenv("OMNI_WEBHOOK_SECRET"),
+	}
+	if a.db != "" {
+		if err := secretsFromFile(ctx, a.db, sec); err != nil {
+			return err
+		}
+	}
+	if sec["secret.admin_token"] == "" {
+		return errors.New("no admin token: set SWITCHYARD_ADMIN_TOKEN or pass --db")
+	}
+	opts.AdminToken, opts.BotSecret, opts.WebhookSecret = sec["secret.admin_token"], sec["secret.bot_to_backend"], sec["secret.omni_webhook"]
+	return nil
+}
+
 // secretsFromFile fills the secrets the environment left empty from the
 // settings an instance generated on its first start.
 func secretsFromFile(ctx context.Context, path string, sec map[string]string) error {
 	db, err := store.Open(ctx, store.Options{Path: path, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return err
+		return fmt.Errorf("open %s for its secrets: %w", path, err)
 	}
 	defer db.Close()
 	for k, v := range sec {
@@ -90,10 +134,4 @@ func secretsFromFile(ctx context.Context, path string, sec map[string]string) er
 		}
 	}
 	return nil
-}
-
-func isFlagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }

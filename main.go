@@ -9,6 +9,11 @@
 //	switchyard check     check the database file's integrity
 //	switchyard loadtest  load a running instance through its public paths
 //	switchyard version   print the version
+//
+// switchyard --help lists the commands (the table in commands), and each
+// command's --help its options: every command declares them as options
+// (flag, environment variable, default) read by parseFlags. serve builds
+// the process in wire, one function per subsystem.
 package main
 
 import (
@@ -20,69 +25,165 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
+	"text/tabwriter"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "switchyard:", err)
-		os.Exit(1)
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode reports err on stderr and is the process's exit status: 0 for
+// none (or a --help), 2 for a command line switchyard cannot take (an
+// unknown command with the list of commands, a bad option), 1 otherwise.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintln(stderr, "switchyard:", err)
+	if errors.Is(err, errUnknownCommand) {
+		fmt.Fprintln(stderr)
+		printCommands(stderr)
+	}
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+// errUsage marks a command line switchyard cannot take: an unknown command
+// (errUnknownCommand), option or argument, or an option's bad value.
+var errUsage = errors.New("usage")
+
+// errUnknownCommand is the error of a command switchyard does not have.
+var errUnknownCommand error = usageError{errors.New("unknown command")}
+
+// usageError is err marked as errUsage, with err's text.
+type usageError struct{ err error }
+
+func (e usageError) Error() string   { return e.err.Error() }
+func (e usageError) Unwrap() []error { return []error{e.err, errUsage} }
+
+// command is one of switchyard's subcommands.
+type command struct {
+	name string
+	// args is what follows the options on the command line, e.g. "DEST".
+	args string
+	// summary is the command's line in switchyard --help; more, when set,
+	// is what its own --help adds to it.
+	summary, more string
+	// options are what its --help lists: every option it parses (a fresh
+	// table, bound to nothing the command uses).
+	options func() []option
+	// secrets are what it reads from the environment only, for its --help.
+	secrets []secretEnv
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// about is what the command's --help says it does.
+func (c command) about() string {
+	s := strings.ToUpper(c.summary[:1]) + c.summary[1:] + "."
+	if c.more != "" {
+		s += " " + c.more
+	}
+	return s
+}
+
+// commands are switchyard's subcommands, in the order help lists them. Each
+// parses its options with parseFlags.
+func commands() []command {
+	return []command{
+		{name: "serve", summary: "run Switchyard (the default)", options: configOptions("serve"), secrets: secretEnvs, run: serveCmd,
+			more: "It runs the roles chosen with --roles, and always the admin API, console, health and metrics."},
+		{name: "migrate", summary: "apply database migrations and exit", options: configOptions("migrate"), run: migrateCmd},
+		{name: "publish", args: "FILE.jsonl", summary: "append a JSON Lines file to a topic", options: func() []option { return new(publishArgs).options() }, run: publishCmd,
+			more: "Each line is a record, keyed by its \"aggregateId\"; FILE - reads standard input."},
+		{name: "demo", summary: "serve on the sandbox with simulated traffic on all three flows", secrets: secretEnvs, run: demoCmd,
+			options: func() []option { return demoOptions(&demoTraffic{}, &config{}) },
+			more:    "It takes serve's options too, never talks to real Telegram (the bot tokens must be unset), and fails when the run failed."},
+		{name: "backup", args: "DEST", summary: "write an online backup of the database", options: configOptions("backup"), run: backupCmd,
+			more: "It is safe while an instance serves from the database; DEST must not exist."},
+		{name: "check", summary: "check the database file's integrity", options: func() []option { return new(checkArgs).options() }, run: checkCmd,
+			more: "It exits non-zero when the file is damaged."},
+		{name: "loadtest", summary: "drive a running instance through its public paths and report throughput and latency",
+			options: func() []option { return new(loadtestArgs).options() }, secrets: loadtestSecrets, run: loadtestCmd,
+			more: "Secrets come from the environment, or from the instance's database file with --db."},
+		{name: "version", summary: "print the version", options: func() []option { return nil }, run: versionCmd},
 	}
 }
 
+// configOptions are the options of the command scope that reads only the
+// config (config.options), for its --help.
+func configOptions(scope string) func() []option {
+	return func() []option { return new(config).options(scope) }
+}
+
+// lookupCommand is the command called name.
+func lookupCommand(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
+}
+
+// run runs the command args name (serve when args start with an option or
+// are empty) with the rest of args.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmd := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+	name := "serve"
+	if len(args) > 0 && (isHelp(args[0]) || args[0] != "" && args[0][0] != '-') {
+		name, args = args[0], args[1:]
 	}
-	switch cmd {
-	case "serve":
-		cfg, err := parseConfig("serve", args, getenv, stdout)
-		if err != nil {
-			return err
+	if isHelp(name) {
+		if len(args) == 0 {
+			printCommands(stdout)
+			return nil
 		}
-		return serve(ctx, cfg, stdout, stderr)
-	case "migrate":
-		cfg, err := parseConfig("migrate", args, getenv, stdout)
-		if err != nil {
-			return err
-		}
-		return migrate(ctx, cfg, stdout, stderr)
-	case "backup":
-		return backupCmd(ctx, args, stdout, stderr)
-	case "check":
-		return checkCmd(ctx, args, stdout, stderr)
-	case "loadtest":
-		return loadtestCmd(ctx, args, stdout, stderr)
-	case "publish":
-		return publishCmd(ctx, args, stdout, stderr)
-	case "demo":
-		return demoCmd(ctx, args, stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "switchyard", version())
-		return nil
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, `Usage: switchyard <command> [options]
-
-Commands:
-  serve     run Switchyard (the default)
-  migrate   apply database migrations and exit
-  publish   append a JSON Lines file to a topic (switchyard publish --topic T FILE.jsonl)
-  demo      serve on the sandbox with simulated traffic on all three flows (--rate, --duration)
-  backup    write an online backup of the database (switchyard backup FILE)
-  check     check the database file's integrity (switchyard check [--quick])
-  loadtest  drive a running instance through its public paths and report throughput and latency
-  version   print the version
-
-Run "switchyard <command> --help" for a command's options.
-`)
-		return nil
-	default:
-		return fmt.Errorf("unknown command %q (try: switchyard help)", cmd)
+		name, args = args[0], []string{"--help"}
 	}
+	cmd, ok := lookupCommand(name)
+	if !ok {
+		return fmt.Errorf("%w %q (try: switchyard help)", errUnknownCommand, name)
+	}
+	return cmd.run(ctx, args, stdout, stderr)
+}
+
+// printCommands is switchyard --help: every command with its summary.
+func printCommands(w io.Writer) {
+	fmt.Fprint(w, "Usage: switchyard <command> [options]\n\nCommands:\n")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, c := range commands() {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+	}
+	tw.Flush()
+	fmt.Fprint(w, "\nRun \"switchyard <command> --help\" (or \"switchyard help <command>\") for a command's options.\n")
+}
+
+// versionCmd is `switchyard version`.
+func versionCmd(_ context.Context, args []string, stdout, _ io.Writer) error {
+	rest, err := parseFlags("version", nil, args, getenv, stdout)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(rest); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "switchyard", version())
+	return nil
 }
 
 // version is the module version, or the VCS revision of a development build.

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,35 +10,32 @@ import (
 	"switchyard/referral"
 )
 
+// publishArgs are publish's options: the database's, and the topic.
+type publishArgs struct {
+	cfg   config
+	topic string
+}
+
+func (a *publishArgs) options() []option {
+	return append(a.cfg.options("publish"),
+		option{"topic", "", "pin.identity.users.v1", "topic to publish to", setString(&a.topic)})
+}
+
 // publishCmd is `switchyard publish --topic T FILE.jsonl`: it appends every
 // line of the file to the topic, in order, keyed by its "aggregateId", with a
 // progress line per batch and a summary at the end.
 func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("switchyard publish", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	topic := fs.String("topic", "pin.identity.users.v1", "topic to publish to")
-	cfgArgs := []string{}
-	db := fs.String("db", "", "SQLite database file (default $SWITCHYARD_DB or ./switchyard.db)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: switchyard publish [--topic T] [--db FILE] FILE.jsonl   (FILE - reads standard input)")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	var a publishArgs
+	rest, err := parseFlags("publish", a.options(), args, getenv, stdout)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errors.New("publish needs exactly one FILE.jsonl")
-	}
-	if *db != "" {
-		cfgArgs = append(cfgArgs, "--db", *db)
-	}
-	cfg, err := parseConfig("publish", cfgArgs, getenv, stderr)
+	name, err := oneArg("publish", "FILE.jsonl", rest)
 	if err != nil {
 		return err
 	}
 	var in io.Reader = os.Stdin
-	if name := fs.Arg(0); name != "-" {
+	if name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
 			return err
@@ -48,9 +43,13 @@ func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		defer f.Close()
 		in = f
 	}
+	return publish(ctx, &a.cfg, a.topic, in, stdout, stderr)
+}
 
-	log := newLogger(cfg, stderr)
-	st, err := openStore(ctx, cfg, log)
+// publish appends in's records to topic on cfg's database, migrated and
+// with the referral topics declared, so a fresh file can be published to.
+func publish(ctx context.Context, cfg *config, topic string, in io.Reader, stdout, stderr io.Writer) error {
+	st, err := openStore(ctx, cfg, newLogger(cfg, stderr))
 	if err != nil {
 		return err
 	}
@@ -58,11 +57,10 @@ func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if _, err := st.Migrate(ctx); err != nil {
 		return err
 	}
-	// Declares the referral topics, so a fresh file can be published to.
 	if _, err := referral.New(ctx, referral.Opts{DB: st, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		return err
 	}
-	sum, err := referral.PublishFile(ctx, st, *topic, in, stderr)
+	sum, err := referral.PublishFile(ctx, st, topic, in, stderr)
 	fmt.Fprintf(stdout, "published %d record(s) to %s", sum.Published, sum.Topic)
 	if sum.Blank > 0 {
 		fmt.Fprintf(stdout, " (%d blank line(s) skipped)", sum.Blank)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorilla/mux"
+
 	"switchyard/omni"
 	"switchyard/store"
 	"switchyard/telegram"
@@ -35,6 +37,10 @@ type sandbox struct {
 	// for a bot that is not on it.
 	onboardingToken, omniToken string
 }
+
+// routes mounts the fake Bot API at sandboxPath; its tokens are its
+// authentication.
+func (sb *sandbox) routes(r *mux.Router) { r.PathPrefix(sandboxPath + "/").Handler(sb.server) }
 
 // sandboxBots reports which of this process's bots run on the sandbox: those
 // whose role runs here and that have no real token.

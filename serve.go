@@ -33,6 +33,24 @@ func openStore(ctx context.Context, cfg *config, log *slog.Logger) (*store.DB, e
 	return store.Open(ctx, store.Options{Path: cfg.DB, Synchronous: cfg.Sync, Logger: log})
 }
 
+// serveCmd is `switchyard serve`.
+func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig("serve", args, getenv, stdout)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, nil, stdout, stderr)
+}
+
+// migrateCmd is `switchyard migrate`.
+func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig("migrate", args, getenv, stdout)
+	if err != nil {
+		return err
+	}
+	return migrate(ctx, cfg, stdout, stderr)
+}
+
 func migrate(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
 	db, err := openStore(ctx, cfg, log)
@@ -125,43 +143,28 @@ type worker interface {
 	Run(ctx context.Context) error
 }
 
-func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
+// serve runs the process on cfg until ctx ends, then shuts it down. run is
+// `switchyard demo`'s run, nil under serve.
+func serve(ctx context.Context, cfg *config, run *demoRun, stdout, stderr io.Writer) error {
 	if err := checkSandboxExposure(cfg); err != nil {
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	db, err := openStore(ctx, cfg, log)
+	db, err := openServeStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := db.Close(); err != nil {
-			log.Error("close database", slog.Any("err", err))
-		}
-	}()
-	if err := checkAtStart(ctx, db, log); err != nil {
-		return err
-	}
-	if applied, err := db.Migrate(ctx); err != nil {
-		return err
-	} else if len(applied) > 0 {
-		log.Info("migrations applied", slog.Any("versions", applied))
-	}
+	defer closeStore(db, log)
 	sec, err := loadSecrets(ctx, db, cfg)
 	if err != nil {
 		return err
 	}
-
 	ln, err := listen(cfg, log)
 	if err != nil {
 		return err
 	}
-	self := "http://" + ln.Addr().String()
-	base := strings.TrimRight(cfg.PublicURL, "/")
-	if base == "" {
-		base = self
-	}
-	app, err := wire(ctx, cfg, db, sec, log, urls{self: self, public: base})
+	u := serveURLs(cfg, ln)
+	app, err := wireRun(ctx, cfg, db, sec, log, u, run)
 	if err != nil {
 		ln.Close()
 		return err
@@ -171,14 +174,59 @@ func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 	for _, f := range app.onShutdown {
 		srv.RegisterOnShutdown(f)
 	}
-	printBanner(stdout, base, sec, sandboxExposed(cfg))
+	printBanner(stdout, u.public, sec, sandboxExposed(cfg))
 	log.Info("switchyard started", slog.String("addr", ln.Addr().String()), slog.String("db", cfg.DB),
 		slog.Any("roles", cfg.Roles), slog.String("version", version()))
+	return runServer(ctx, cfg, srv, ln, app.workers, log)
+}
 
+// openServeStore opens the database serve runs on, refuses a damaged one
+// (checkAtStart) and migrates it.
+func openServeStore(ctx context.Context, cfg *config, log *slog.Logger) (*store.DB, error) {
+	db, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAtStart(ctx, db, log); err != nil {
+		closeStore(db, log)
+		return nil, err
+	}
+	applied, err := db.Migrate(ctx)
+	if err != nil {
+		closeStore(db, log)
+		return nil, err
+	}
+	if len(applied) > 0 {
+		log.Info("migrations applied", slog.Any("versions", applied))
+	}
+	return db, nil
+}
+
+func closeStore(db *store.DB, log *slog.Logger) {
+	if err := db.Close(); err != nil {
+		log.Error("close database", slog.Any("err", err))
+	}
+}
+
+// serveURLs are the process's own address on ln, and its public URL
+// (--public-url, else its own address).
+func serveURLs(cfg *config, ln net.Listener) urls {
+	self := "http://" + ln.Addr().String()
+	public := strings.TrimRight(cfg.PublicURL, "/")
+	if public == "" {
+		public = self
+	}
+	return urls{self: self, public: public}
+}
+
+// runServer serves ln with srv and runs the workers until ctx ends; then
+// the server stops taking requests and finishes those in flight, and the
+// workers finish the work in hand, all within cfg.ShutdownTimeout.
+func runServer(ctx context.Context, cfg *config, srv *http.Server, ln net.Listener, workers []worker, log *slog.Logger) error {
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 	var wg sync.WaitGroup
-	for _, wk := range app.workers {
+	for _, wk := range workers {
 		wg.Go(func() {
 			if err := wk.Run(workCtx); err != nil && !errors.Is(err, context.Canceled) {
 				log.Error("worker stopped", slog.String("worker", wk.Name()), slog.Any("err", err))

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"time"
-
-	"github.com/gorilla/mux"
 
 	"switchyard/authlimit"
 	"switchyard/bot"
@@ -47,168 +44,261 @@ func (a *app) close() {
 // people and Telegram reach it at.
 type urls struct{ self, public string }
 
-// wire builds the subsystems this process runs and mounts their routes.
+// wiring is what every subsystem is built from.
+type wiring struct {
+	cfg *config
+	db  *store.DB
+	sec secrets
+	log *slog.Logger
+	u   urls
+	// authLimit is the one throttle of failed authentication for every
+	// surface that checks a secret, so a client's failures count together
+	// wherever it guesses.
+	authLimit *authlimit.Limiter
+}
+
+// part is what one subsystem adds to the process: routes on the root router
+// (they bring their own authentication), routes on the admin API (behind the
+// admin token), workers, what runs when the HTTP server starts shutting
+// down, and what runs when the process ends.
+type part struct {
+	public, admin []web.RoutesFunc
+	workers       []worker
+	onShutdown    []func()
+	closers       []func()
+}
+
+// wire builds the subsystems a serving process runs, one function each, and
+// the console that serves their routes.
 func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog.Logger, u urls) (*app, error) {
-	a := &app{}
-	// One throttle of failed authentication for every surface that checks
-	// a secret, so a client's failures count together wherever it guesses.
-	authLimit := authlimit.New(authlimit.Opts{Logger: log.With(slog.String("subsystem", "auth")), TrustedProxies: cfg.TrustedProxies})
-	wo := web.Options{
-		DB:         db,
-		AdminToken: sec.AdminToken,
-		Logger:     log,
-		BodyLimit:  cfg.BodyLimit,
-		Version:    version(),
-		Roles:      cfg.Roles,
-	}
-	wo.AuthLimiter = authLimit
+	return wireRun(ctx, cfg, db, sec, log, u, nil)
+}
 
-	// Queues and topics: the operator API, the console's Queues page, and
-	// the janitor that applies retention.
-	qa := queue.NewAdmin(queue.AdminOpts{DB: db, Logger: log.With(slog.String("subsystem", "queue"))})
-	wo.Admin = append(wo.Admin, qa.AdminRoutes)
-	wo.Queues = qa
-	a.workers = append(a.workers, workerFunc{"queue-janitor", func(ctx context.Context) error {
-		qa.RunJanitor(ctx)
-		return nil
-	}})
-
-	// The sandbox (sandbox.go): a fake Telegram Bot API inside the process,
-	// for every bot that has no real token, so `go run .` works end to end
-	// offline.
-	sb, err := newSandbox(ctx, cfg, db, u, log)
+// wireRun is wire with run, `switchyard demo`'s run (nil under serve), which
+// it hands to the demo worker.
+func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog.Logger, u urls, run *demoRun) (*app, error) {
+	w := wiring{cfg: cfg, db: db, sec: sec, log: log, u: u,
+		authLimit: authlimit.New(authlimit.Opts{Logger: log.With(slog.String("subsystem", "auth")), TrustedProxies: cfg.TrustedProxies})}
+	queues, queuesPart := wireQueues(w)
+	sb, sandboxPart, err := wireSandbox(ctx, w)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	if sb != nil {
-		a.closers = append(a.closers, sb.server.Close)
-		// Its long polls end when the server starts shutting down.
-		a.onShutdown = append(a.onShutdown, sb.server.Close)
-		wo.Public = append(wo.Public, func(r *mux.Router) { r.PathPrefix(sandboxPath + "/").Handler(sb.server) })
+	backend, onboarding, botPart, err := wireBot(w, sb)
+	if err != nil {
+		return nil, err
 	}
-
-	// Bot outbox: the backend's contract, and the onboarding bot that polls it.
-	botToken, botAPI, botUsername := cfg.BotTelegramToken, cfg.TelegramAPIURL, cfg.BotUsername
-	if sb != nil && sb.onboardingToken != "" {
-		botToken, botAPI = sb.onboardingToken, u.self+sandboxPath
-	}
-	if botUsername == "" && cfg.BotTelegramToken == "" {
-		botUsername = fmt.Sprintf("fake%d_bot", sandboxOnboardingBotID)
-	}
-	backend := bot.NewBackend(bot.BackendOpts{
-		DB:          db,
-		Secret:      sec.BotToBackend,
-		AuthLimiter: authLimit,
-		Logger:      log.With(slog.String("subsystem", "bot-backend")),
-		BotUsername: botUsername,
-	})
-	// Operators can always act on the backend domain; the /bot/* contract is
-	// served by processes that run the backend role.
-	wo.Admin = append(wo.Admin, backend.AdminRoutes)
-	wo.Outbox = backend.Outbox()
-	if cfg.has("backend") {
-		wo.Public = append(wo.Public, backend.Routes)
-		a.onShutdown = append(a.onShutdown, backend.Shutdown)
-	}
-	if cfg.has("bot") {
-		backendURL := cfg.BackendURL
-		if backendURL == "" {
-			backendURL = u.self
-		}
-		ob, err := bot.NewOnboarding(bot.OnboardingOpts{
-			DB:             db,
-			Logger:         log.With(slog.String("subsystem", "onboarding-bot")),
-			BackendURL:     backendURL,
-			BackendSecret:  sec.BotToBackend,
-			TelegramToken:  botToken,
-			TelegramAPIURL: botAPI,
-			Updates:        cfg.BotUpdates,
-			WebhookSecret:  sec.BotWebhook,
-			AuthLimiter:    authLimit,
-			WebhookURL:     u.public + onboardingWebhookPath,
-			CabinetURL:     u.public + "/admin",
-		})
-		if err != nil {
-			return nil, fmt.Errorf("onboarding bot: %w", err)
-		}
-		wo.Public = append(wo.Public, ob.Routes)
-		wo.Admin = append(wo.Admin, ob.AdminRoutes)
-		wo.Onboarding = ob
-		a.workers = append(a.workers, ob)
-	}
-
-	// Referral: topics are declared by every process (so publishes work
-	// anywhere); the consumer group runs under the referral role.
-	ref, err := referral.New(ctx, referral.Opts{DB: db, Logger: log.With(slog.String("subsystem", "referral"))})
+	ref, referralPart, err := wireReferral(ctx, w)
 	if err != nil {
 		return nil, fmt.Errorf("referral: %w", err)
 	}
-	wo.Admin = append(wo.Admin, ref.AdminRoutes)
-	wo.Referral = ref
-	if cfg.has("referral") {
-		a.workers = append(a.workers, ref)
-	}
+	chat, chatPart := wireChat(w, sb)
+	dw, demoPart := wireDemo(w, sb, run)
 
-	// Chat platform: the admin surface everywhere; inbound, chat and outbound
-	// by role, each of which can be its own process on the same file.
-	omniToken, omniAPI := cfg.OmniToken, cfg.TelegramAPIURL
-	if sb != nil && sb.omniToken != "" {
-		omniToken, omniAPI = sb.omniToken, u.self+sandboxPath
+	// The console's domain objects; a page whose object is unset says its
+	// subsystem is not wired in this process.
+	wo := consoleOptions(w)
+	wo.Queues, wo.Outbox, wo.Referral, wo.Chat = queues, backend.Outbox(), ref, chat
+	if onboarding != nil {
+		wo.Onboarding = onboarding
 	}
-	omniLog := log.With(slog.String("subsystem", "omni"))
-	chatAdmin := omni.NewAdmin(omni.AdminOpts{DB: db, Logger: omniLog})
-	wo.Admin = append(wo.Admin, chatAdmin.AdminRoutes)
-	wo.Chat = chatAdmin
-	if cfg.has("inbound") {
-		in := omni.NewInbound(omni.InboundOpts{DB: db, Token: omniToken, WebhookSecret: sec.OmniWebhook, AuthLimiter: authLimit, Logger: omniLog})
-		wo.Public = append(wo.Public, in.Routes)
-		// Telegram (or the sandbox) is told where to deliver once the server
-		// is up; a refusal (no public HTTPS URL) is logged, not fatal.
-		webhookBase := u.public
-		if cfg.OmniToken == "" {
-			webhookBase = u.self
-		}
-		a.workers = append(a.workers, workerFunc{"omni-webhook", func(ctx context.Context) error {
-			tg, err := telegram.NewBot(omniToken, omniAPI)
-			if err != nil {
-				return err
-			}
-			// Until Telegram takes it, no chat update arrives: retry with
-			// backoff (a 5xx, a network blip) until it does or we stop.
-			for wait := time.Second; ; wait = min(2*wait, time.Minute) {
-				err := in.SetWebhook(ctx, tg, webhookBase)
-				if err == nil || ctx.Err() != nil {
-					return nil
-				}
-				omniLog.Warn("telegram webhook not set; retrying (check the public URL if this persists)",
-					slog.Duration("retry_in", wait), slog.Any("err", err))
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(wait):
-				}
-			}
-		}})
-	}
-	if cfg.has("chat") {
-		a.workers = append(a.workers, omni.NewChat(omni.ChatOpts{DB: db, Logger: omniLog, GroupChats: cfg.OmniGroupChats}))
-	}
-	if cfg.has("outbound") {
-		a.workers = append(a.workers, omni.NewOutbound(omni.OutboundOpts{DB: db, Token: omniToken, APIURL: omniAPI, Logger: omniLog}))
-	}
-
-	// The console's Sandbox page and API, when a bot runs on the fake.
 	if sb != nil {
 		wo.Sandbox = &web.Sandbox{Server: sb.server, OnboardingToken: sb.onboardingToken, ChatToken: sb.omniToken}
 	}
-
-	// Demo (demo.go): with both bots on the sandbox, seed the database once
-	// it serves, and run the simulator under `switchyard demo`.
-	if dw := newDemoWorker(ctx, cfg, sec, u, sb, log); dw != nil {
-		a.workers = append(a.workers, dw)
+	if dw != nil {
 		wo.Demo = demoSwitch{ctl: dw.Controller(), log: log.With(slog.String("subsystem", "demo"))}
 	}
+	return assemble(wo, queuesPart, sandboxPart, botPart, referralPart, chatPart, demoPart), nil
+}
 
+// consoleOptions are the console's own settings, before the subsystems'
+// routes and domain objects.
+func consoleOptions(w wiring) web.Options {
+	return web.Options{
+		DB:          w.db,
+		AdminToken:  w.sec.AdminToken,
+		Logger:      w.log,
+		AuthLimiter: w.authLimit,
+		BodyLimit:   w.cfg.BodyLimit,
+		Version:     version(),
+		Roles:       w.cfg.Roles,
+	}
+}
+
+// assemble is the process made of the parts, in order, with the console
+// serving their routes.
+func assemble(wo web.Options, parts ...part) *app {
+	a := &app{}
+	for _, p := range parts {
+		wo.Public = append(wo.Public, p.public...)
+		wo.Admin = append(wo.Admin, p.admin...)
+		a.workers = append(a.workers, p.workers...)
+		a.onShutdown = append(a.onShutdown, p.onShutdown...)
+		a.closers = append(a.closers, p.closers...)
+	}
 	a.handler = web.New(wo)
-	return a, nil
+	return a
+}
+
+// wireQueues wires queues and topics: the operator API, the console's Queues
+// page, and the janitor that applies retention.
+func wireQueues(w wiring) (*queue.Admin, part) {
+	qa := queue.NewAdmin(queue.AdminOpts{DB: w.db, Logger: w.log.With(slog.String("subsystem", "queue"))})
+	return qa, part{
+		admin: []web.RoutesFunc{qa.AdminRoutes},
+		workers: []worker{workerFunc{"queue-janitor", func(ctx context.Context) error {
+			qa.RunJanitor(ctx)
+			return nil
+		}}},
+	}
+}
+
+// wireSandbox wires the sandbox (sandbox.go): a fake Telegram Bot API inside
+// the process, for every bot that has no real token, so `go run .` works end
+// to end offline. It is nil when every bot of this process has a token.
+func wireSandbox(ctx context.Context, w wiring) (*sandbox, part, error) {
+	sb, err := newSandbox(ctx, w.cfg, w.db, w.u, w.log)
+	if err != nil || sb == nil {
+		return nil, part{}, err
+	}
+	return sb, part{
+		public:  []web.RoutesFunc{sb.routes},
+		closers: []func(){sb.server.Close},
+		// Its long polls end when the server starts shutting down.
+		onShutdown: []func(){sb.server.Close},
+	}, nil
+}
+
+// wireBot wires the bot outbox: the backend's contract (wireBackend), and
+// the onboarding bot that polls it (wireOnboarding; nil unless this process
+// runs the bot role).
+func wireBot(w wiring, sb *sandbox) (*bot.Backend, *bot.Onboarding, part, error) {
+	backend, bp := wireBackend(w)
+	if !w.cfg.has("bot") {
+		return backend, nil, bp, nil
+	}
+	ob, op, err := wireOnboarding(w, sb)
+	if err != nil {
+		return nil, nil, part{}, fmt.Errorf("onboarding bot: %w", err)
+	}
+	bp.public = append(bp.public, op.public...)
+	bp.admin = append(bp.admin, op.admin...)
+	bp.workers = append(bp.workers, op.workers...)
+	return backend, ob, bp, nil
+}
+
+// wireBackend wires the bot backend. Operators can always act on its
+// domain; the /bot/* contract is served by processes that run the backend
+// role.
+func wireBackend(w wiring) (*bot.Backend, part) {
+	username := w.cfg.BotUsername
+	if username == "" && w.cfg.BotTelegramToken == "" {
+		username = fmt.Sprintf("fake%d_bot", sandboxOnboardingBotID)
+	}
+	backend := bot.NewBackend(bot.BackendOpts{
+		DB:          w.db,
+		Secret:      w.sec.BotToBackend,
+		AuthLimiter: w.authLimit,
+		Logger:      w.log.With(slog.String("subsystem", "bot-backend")),
+		BotUsername: username,
+	})
+	p := part{admin: []web.RoutesFunc{backend.AdminRoutes}}
+	if w.cfg.has("backend") {
+		p.public = append(p.public, backend.Routes)
+		p.onShutdown = append(p.onShutdown, backend.Shutdown)
+	}
+	return backend, p
+}
+
+// wireOnboarding wires the onboarding bot: on the sandbox when it has no
+// token, calling the backend at --backend-url (default this process).
+func wireOnboarding(w wiring, sb *sandbox) (*bot.Onboarding, part, error) {
+	token, api := w.cfg.BotTelegramToken, w.cfg.TelegramAPIURL
+	if sb != nil && sb.onboardingToken != "" {
+		token, api = sb.onboardingToken, w.u.self+sandboxPath
+	}
+	backendURL := w.cfg.BackendURL
+	if backendURL == "" {
+		backendURL = w.u.self
+	}
+	ob, err := bot.NewOnboarding(bot.OnboardingOpts{
+		DB:             w.db,
+		Logger:         w.log.With(slog.String("subsystem", "onboarding-bot")),
+		BackendURL:     backendURL,
+		BackendSecret:  w.sec.BotToBackend,
+		TelegramToken:  token,
+		TelegramAPIURL: api,
+		Updates:        w.cfg.BotUpdates,
+		WebhookSecret:  w.sec.BotWebhook,
+		AuthLimiter:    w.authLimit,
+		WebhookURL:     w.u.public + onboardingWebhookPath,
+		CabinetURL:     w.u.public + "/admin",
+	})
+	if err != nil {
+		return nil, part{}, err
+	}
+	return ob, part{public: []web.RoutesFunc{ob.Routes}, admin: []web.RoutesFunc{ob.AdminRoutes}, workers: []worker{ob}}, nil
+}
+
+// wireReferral wires referral: its topics are declared by every process (so
+// publishes work anywhere); the consumer group runs under the referral role.
+func wireReferral(ctx context.Context, w wiring) (*referral.Service, part, error) {
+	ref, err := referral.New(ctx, referral.Opts{DB: w.db, Logger: w.log.With(slog.String("subsystem", "referral"))})
+	if err != nil {
+		return nil, part{}, err
+	}
+	p := part{admin: []web.RoutesFunc{ref.AdminRoutes}}
+	if w.cfg.has("referral") {
+		p.workers = append(p.workers, ref)
+	}
+	return ref, p, nil
+}
+
+// wireChat wires the chat platform: the admin surface everywhere; inbound,
+// chat and outbound by role, each of which can be its own process on the
+// same file.
+func wireChat(w wiring, sb *sandbox) (*omni.Admin, part) {
+	cfg := w.cfg
+	token, api := cfg.OmniToken, cfg.TelegramAPIURL
+	if sb != nil && sb.omniToken != "" {
+		token, api = sb.omniToken, w.u.self+sandboxPath
+	}
+	log := w.log.With(slog.String("subsystem", "omni"))
+	chatAdmin := omni.NewAdmin(omni.AdminOpts{DB: w.db, Logger: log})
+	p := part{admin: []web.RoutesFunc{chatAdmin.AdminRoutes}}
+	if cfg.has("inbound") {
+		in := omni.NewInbound(omni.InboundOpts{DB: w.db, Token: token, WebhookSecret: w.sec.OmniWebhook, AuthLimiter: w.authLimit, Logger: log})
+		p.public = append(p.public, in.Routes)
+		// Telegram (or the sandbox) is told where to deliver once the
+		// server is up, and told again until it takes it.
+		base := w.u.public
+		if cfg.OmniToken == "" {
+			base = w.u.self
+		}
+		p.workers = append(p.workers, workerFunc{"omni-webhook", func(ctx context.Context) error {
+			tg, err := telegram.NewBot(token, api)
+			if err != nil {
+				return fmt.Errorf("omni webhook: %w", err)
+			}
+			return in.RegisterWebhook(ctx, omni.RegisterOpts{Bot: tg, BaseURL: base})
+		}})
+	}
+	if cfg.has("chat") {
+		p.workers = append(p.workers, omni.NewChat(omni.ChatOpts{DB: w.db, Logger: log, GroupChats: cfg.OmniGroupChats}))
+	}
+	if cfg.has("outbound") {
+		p.workers = append(p.workers, omni.NewOutbound(omni.OutboundOpts{DB: w.db, Token: token, APIURL: api, Logger: log}))
+	}
+	return chatAdmin, p
+}
+
+// wireDemo wires the demo (demo.go): with both bots on the sandbox, it seeds
+// the database once it serves, and runs the simulator under `switchyard
+// demo` (run); nil when a bot has a real token.
+func wireDemo(w wiring, sb *sandbox, run *demoRun) (*demoWorker, part) {
+	dw := newDemoWorker(w.cfg, w.sec, w.u, sb, run, w.log)
+	if dw == nil {
+		return nil, part{}
+	}
+	return dw, part{workers: []worker{dw}}
 }

@@ -209,3 +209,48 @@ func (in *Inbound) SetWebhook(ctx context.Context, bot *telego.Bot, publicURL st
 	}
 	return nil
 }
+
+// RegisterOpts configure RegisterWebhook.
+type RegisterOpts struct {
+	// Bot is the business-inbox bot's Bot API client.
+	Bot *telego.Bot
+	// BaseURL is where Telegram reaches this process: the webhook is
+	// BaseURL + WebhookPath.
+	BaseURL string
+	// FirstRetry is the wait after the first failed attempt (1 s when
+	// zero); each next wait doubles, up to MaxRetry (1 min when zero).
+	FirstRetry, MaxRetry time.Duration
+}
+
+// RegisterWebhook sets the webhook (SetWebhook) and, while Telegram cannot
+// be reached or refuses it (a 5xx, a network blip, a public URL it does not
+// take), tries again with a doubling wait: until the webhook is set, no chat
+// update arrives. Each failed attempt is logged as a warning. It returns nil
+// once the webhook is set, and ctx's error when ctx ends first.
+func (in *Inbound) RegisterWebhook(ctx context.Context, opts RegisterOpts) error {
+	if opts.FirstRetry <= 0 {
+		opts.FirstRetry = time.Second
+	}
+	if opts.MaxRetry <= 0 {
+		opts.MaxRetry = time.Minute
+	}
+	opts.MaxRetry = max(opts.MaxRetry, opts.FirstRetry)
+	for wait := opts.FirstRetry; ; wait = min(2*wait, opts.MaxRetry) {
+		err := in.SetWebhook(ctx, opts.Bot, opts.BaseURL)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		in.log.Warn("telegram webhook not set; retrying (check the public URL if this persists)",
+			slog.Duration("retry_in", wait), slog.Any("err", err))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
