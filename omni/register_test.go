@@ -13,6 +13,7 @@ import (
 	"switchyard/store/storetest"
 	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
+	"switchyard/testwait"
 )
 
 func TestRegisterWebhook(t *testing.T) {
@@ -94,8 +95,7 @@ func TestRegisterWebhook(t *testing.T) {
 			done <- in.RegisterWebhook(ctx, RegisterOpts{Bot: bot, BaseURL: base, FirstRetry: time.Hour})
 		}()
 		// The warning is logged just before the wait: cancel once it is.
-		eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "retrying") },
-			func() string { return "no warning of the refused setWebhook:\n" + logs.String() })
+		testwait.Until(t, 10*time.Second, "", func() bool { return strings.Contains(logs.String(), "retrying") }, func() string { return "no warning of the refused setWebhook:\n" + logs.String() })
 		cancel()
 		wait, stop := context.WithTimeout(context.Background(), 30*time.Second)
 		defer stop()
