@@ -18,6 +18,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 // adminAPI serves the admin routes the way web/ mounts them, under /admin/api.
@@ -193,7 +194,7 @@ func TestAdminDeadLetters(t *testing.T) {
 		}
 	}
 	var dead []map[string]any
-	eventually(t, 5*time.Second, "three dead letters", func() bool {
+	testwait.Until(t, 5*time.Second, "three dead letters", func() bool {
 		dead = call(t, http.MethodGet, api+"/queues/receiver.flow/messages?state=dead", "").list("messages")
 		return len(dead) == 3
 	})
@@ -328,7 +329,7 @@ func TestAdminTopics(t *testing.T) {
 			}
 		}})
 		var dead []map[string]any
-		eventually(t, 5*time.Second, "two dead letters", func() bool {
+		testwait.Until(t, 5*time.Second, "two dead letters", func() bool {
 			dead = call(t, http.MethodGet, api+"/topics/pin.identity.users.v1/groups/referral-identity-users/dlq", "").list("messages")
 			return len(dead) == 2
 		})
@@ -353,7 +354,7 @@ func TestAdminTopics(t *testing.T) {
 		if r.status != http.StatusOK || r.body["redriven"] != float64(2) {
 			t.Fatalf("redrive: %d %s", r.status, r.raw)
 		}
-		eventually(t, 5*time.Second, "redriven records handled", func() bool {
+		testwait.Until(t, 5*time.Second, "redriven records handled", func() bool {
 			return count(t, db, `select count(*) from queue_group_retries`) == 0
 		})
 		if r := call(t, http.MethodPost, api+"/topics/pin.identity.users.v1/groups/nobody/dlq/redrive", ""); r.status != http.StatusNotFound {
@@ -425,7 +426,7 @@ func TestStatsAndPrune(t *testing.T) {
 		if _, err := f.Send(t.Context(), queue.Message{Body: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "a failure recorded", func() bool { return count(t, db, `select count(*) from queue_failures`) == 1 })
+		testwait.Until(t, 5*time.Second, "a failure recorded", func() bool { return count(t, db, `select count(*) from queue_failures`) == 1 })
 		if err := w.Stop(t.Context()); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"switchyard/queue"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 // metricValue reads a counter, gauge or histogram count from the default
@@ -126,8 +127,8 @@ func TestMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 5*time.Second, "all handled", func() bool { return liveMessages(t, db, name) == 0 })
-	eventually(t, 5*time.Second, "the counters", func() bool {
+	testwait.Until(t, 5*time.Second, "all handled", func() bool { return liveMessages(t, db, name) == 0 })
+	testwait.Until(t, 5*time.Second, "the counters", func() bool {
 		return metricValue(t, "switchyard_queue_messages_succeeded_total", map[string]string{"queue": name}) == 2
 	})
 	for metric, want := range map[string]float64{

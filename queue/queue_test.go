@@ -15,25 +15,8 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
-
-// waitSlack stretches every wait's deadline: CI runs all packages' tests at
-// once on two cores, and a passing wait returns as soon as its condition holds.
-const waitSlack = 3
-
-// eventually waits until cond holds, failing the test after the deadline.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within * waitSlack)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", within, what)
-		}
-		<-tick.C
-	}
-}
 
 // start starts a worker and stops it when the test ends.
 func start(t testing.TB, q *queue.Queue, opts queue.WorkerOpts) *queue.Worker {
@@ -182,7 +165,7 @@ func TestWorker(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the worker did not wake up for a send")
 		}
-		eventually(t, 5*time.Second, "the message acknowledged", func() bool { return liveMessages(t, db, "q") == 0 })
+		testwait.Until(t, 5*time.Second, "the message acknowledged", func() bool { return liveMessages(t, db, "q") == 0 })
 	})
 
 	t.Run("a delayed message is not delivered before its delay", func(t *testing.T) {
@@ -204,7 +187,7 @@ func TestWorker(t *testing.T) {
 			t.Fatalf("delayed messages: %+v, %v; want one visible at %s", msgs, err, t0.Add(time.Minute))
 		}
 		clock.Advance(time.Minute)
-		eventually(t, 5*time.Second, "the delayed message handled", func() bool { return at.Load() != nil })
+		testwait.Until(t, 5*time.Second, "the delayed message handled", func() bool { return at.Load() != nil })
 		if got := at.Load().(time.Time); got.Before(t0.Add(time.Minute)) {
 			t.Errorf("handled at %s, before its delay ended at %s", got, t0.Add(time.Minute))
 		}
@@ -255,7 +238,7 @@ func TestWorker(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the abandoned message did not come back after its timeout")
 		}
-		eventually(t, 5*time.Second, "the redelivered message acknowledged", func() bool { return liveMessages(t, db, "q") == 0 })
+		testwait.Until(t, 5*time.Second, "the redelivered message acknowledged", func() bool { return liveMessages(t, db, "q") == 0 })
 	})
 
 	t.Run("a graceful stop lets running handlers finish and acknowledges them", func(t *testing.T) {
@@ -274,7 +257,7 @@ func TestWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 5*time.Second, "three handlers running", func() bool { return running.Load() == 3 })
+		testwait.Until(t, 5*time.Second, "three handlers running", func() bool { return running.Load() == 3 })
 		stopped := make(chan error, 1)
 		go func() { stopped <- w.Stop(context.Background()) }()
 		close(release)
@@ -309,7 +292,7 @@ func TestWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 10*time.Second, "30 messages handled", func() bool { return done.Load() == 30 })
+		testwait.Until(t, 10*time.Second, "30 messages handled", func() bool { return done.Load() == 30 })
 		if p := peak.Load(); p > 3 {
 			t.Errorf("%d handlers ran at once, want at most 3", p)
 		}
@@ -334,7 +317,7 @@ func TestWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "the message acknowledged", func() bool { return liveMessages(t, db, "q") == 0 })
+		testwait.Until(t, 5*time.Second, "the message acknowledged", func() bool { return liveMessages(t, db, "q") == 0 })
 		if n := count(t, db, `select count(*) from effects where id = ?`, string(sent.ID)); n != 1 {
 			t.Errorf("%d effects, want 1", n)
 		}
@@ -362,7 +345,7 @@ func TestWorker(t *testing.T) {
 		if _, err := q.Send(t.Context(), queue.Message{Body: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "handled on the second attempt", func() bool { return liveMessages(t, db, "q") == 0 })
+		testwait.Until(t, 5*time.Second, "handled on the second attempt", func() bool { return liveMessages(t, db, "q") == 0 })
 		if n := count(t, db, `select count(*) from queue_failures where queue = 'q' and error like '%panicked: boom%'`); n != 1 {
 			t.Errorf("%d failure records of the panic, want 1", n)
 		}
@@ -395,7 +378,7 @@ func TestDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 		var dead []queue.DeadLetter
-		eventually(t, 5*time.Second, "a dead letter", func() bool {
+		testwait.Until(t, 5*time.Second, "a dead letter", func() bool {
 			var err error
 			dead, err = admin.ListDead(t.Context(), queue.DeadFilter{Queue: "sender.flow"})
 			return err == nil && len(dead) == 1
@@ -418,7 +401,7 @@ func TestDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 		var dead []queue.DeadLetter
-		eventually(t, 5*time.Second, "a dead letter", func() bool {
+		testwait.Until(t, 5*time.Second, "a dead letter", func() bool {
 			dead, err = admin.ListDead(t.Context(), queue.DeadFilter{Queue: "sender.flow"})
 			return err == nil && len(dead) == 1
 		})
@@ -450,7 +433,7 @@ func TestDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 		var dead []queue.DeadLetter
-		eventually(t, 5*time.Second, "a dead letter", func() bool {
+		testwait.Until(t, 5*time.Second, "a dead letter", func() bool {
 			dead, err = admin.ListDead(t.Context(), queue.DeadFilter{Queue: "q"})
 			return err == nil && len(dead) == 1
 		})
@@ -483,7 +466,7 @@ func TestDeadLetters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "a dead letter", func() bool {
+		testwait.Until(t, 5*time.Second, "a dead letter", func() bool {
 			d, _ := admin.ListDead(t.Context(), queue.DeadFilter{Queue: "q"})
 			return len(d) == 1
 		})
@@ -531,7 +514,7 @@ func TestDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 		var msgs []queue.MessageInfo
-		eventually(t, 5*time.Second, "the message waiting for its retry", func() bool {
+		testwait.Until(t, 5*time.Second, "the message waiting for its retry", func() bool {
 			msgs, _ = admin.ListMessages(t.Context(), queue.MessageFilter{Queue: "sender.flow", State: queue.StateDelayed})
 			return len(msgs) == 1
 		})
@@ -544,7 +527,7 @@ func TestDeadLetters(t *testing.T) {
 			t.Fatalf("1 ms before the delay the message is not waiting any more: %+v", msgs)
 		}
 		clock.Advance(time.Millisecond)
-		eventually(t, 5*time.Second, "the retry", func() bool { return liveMessages(t, db, "sender.flow") == 0 })
+		testwait.Until(t, 5*time.Second, "the retry", func() bool { return liveMessages(t, db, "sender.flow") == 0 })
 		mu.Lock()
 		defer mu.Unlock()
 		if len(calls) != 2 || calls[1].Sub(calls[0]) < 10*time.Second {
@@ -575,7 +558,7 @@ func TestDeadLetters(t *testing.T) {
 			t.Error("an exhausted message was delivered again")
 			return nil
 		}}) // sweeps at start
-		eventually(t, 5*time.Second, "the exhausted message dead-lettered", func() bool {
+		testwait.Until(t, 5*time.Second, "the exhausted message dead-lettered", func() bool {
 			d, _ := admin.ListDead(t.Context(), queue.DeadFilter{Queue: "q"})
 			return len(d) == 1 && strings.Contains(d[0].LastError, "without a result")
 		})
@@ -652,7 +635,7 @@ func TestOrderKeys(t *testing.T) {
 		}
 		return true
 	}
-	eventually(t, 60*time.Second, "every key but the stuck one handled", othersDone)
+	testwait.Until(t, 60*time.Second, "every key but the stuck one handled", othersDone)
 	mu.Lock()
 	if n := len(handled[stuckKey]); n != 0 {
 		t.Errorf("the stuck key had %d messages handled past its stuck head", n)
@@ -660,12 +643,12 @@ func TestOrderKeys(t *testing.T) {
 	mu.Unlock()
 
 	stuck.Store(false)
-	eventually(t, 60*time.Second, "the stuck key handled once released", func() bool {
+	testwait.Until(t, 60*time.Second, "the stuck key handled once released", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(handled[stuckKey]) >= perKey
 	})
-	eventually(t, 5*time.Second, "the queue empty", func() bool { return liveMessages(t, db, "sender.flow") == 0 })
+	testwait.Until(t, 5*time.Second, "the queue empty", func() bool { return liveMessages(t, db, "sender.flow") == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	for key, seqs := range handled {
@@ -709,7 +692,7 @@ func TestOrderKeyRedrive(t *testing.T) {
 		}
 	}
 	// a1 dies; its key is released, so a2 and a3 go on.
-	eventually(t, 5*time.Second, "a2 and a3 handled", func() bool {
+	testwait.Until(t, 5*time.Second, "a2 and a3 handled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(order) == 2
@@ -720,7 +703,7 @@ func TestOrderKeyRedrive(t *testing.T) {
 	if n, err := admin.Redrive(t.Context(), queue.DeadFilter{Queue: "q"}); err != nil || n != 1 {
 		t.Fatalf("Redrive = %d, %v", n, err)
 	}
-	eventually(t, 5*time.Second, "a1 handled after redrive", func() bool {
+	testwait.Until(t, 5*time.Second, "a1 handled after redrive", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(order) == 3

@@ -15,6 +15,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 func newTopic(t testing.TB, db *store.DB, name string, partitions int) *queue.Topic {
@@ -129,7 +130,7 @@ func TestTopicOrder(t *testing.T) {
 	}
 	wg.Wait()
 
-	eventually(t, 60*time.Second, "every key but the stuck one handled", func() bool {
+	testwait.Until(t, 60*time.Second, "every key but the stuck one handled", func() bool {
 		return count(t, db, `select count(*) from effects where key <> ?`, stuckKey) == (keys-1)*perKey
 	})
 	if n := len(effectSeqs(t, db, "g", stuckKey)); n != 0 {
@@ -147,7 +148,7 @@ func TestTopicOrder(t *testing.T) {
 	}
 
 	stuck.Store(false)
-	eventually(t, 60*time.Second, "the stuck key handled once released", func() bool {
+	testwait.Until(t, 60*time.Second, "the stuck key handled once released", func() bool {
 		return count(t, db, `select count(*) from effects`) >= keys*perKey
 	})
 	for k := range keys {
@@ -166,7 +167,7 @@ func TestTopicOrder(t *testing.T) {
 	if failed.Load() == 0 {
 		t.Error("no random failures happened; the test proves nothing about retries")
 	}
-	eventually(t, 5*time.Second, "the group caught up", func() bool {
+	testwait.Until(t, 5*time.Second, "the group caught up", func() bool {
 		st, err := queue.NewAdmin(queue.AdminOpts{DB: db}).Stats(context.Background())
 		return err == nil && len(st.Topics) == 1 && st.Topics[0].Groups[0].Lag == 0 && st.Topics[0].Groups[0].Retrying == 0
 	})
@@ -187,7 +188,7 @@ func TestReplay(t *testing.T) {
 	subscribe(t, topic, queue.SubscribeOpts{Group: "a", Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
 		return record(ctx, tx, "a", r)
 	}})
-	eventually(t, 10*time.Second, "group a done", func() bool { return count(t, db, `select count(*) from effects where grp = 'a'`) == 300 })
+	testwait.Until(t, 10*time.Second, "group a done", func() bool { return count(t, db, `select count(*) from effects where grp = 'a'`) == 300 })
 
 	t.Run("a new group reading from the beginning sees every retained record in per-partition order", func(t *testing.T) {
 		var (
@@ -200,7 +201,7 @@ func TestReplay(t *testing.T) {
 			mu.Unlock()
 			return record(ctx, tx, "b", r)
 		}})
-		eventually(t, 10*time.Second, "group b done", func() bool { return count(t, db, `select count(*) from effects where grp = 'b'`) == 300 })
+		testwait.Until(t, 10*time.Second, "group b done", func() bool { return count(t, db, `select count(*) from effects where grp = 'b'`) == 300 })
 		mu.Lock()
 		defer mu.Unlock()
 		total := 0
@@ -224,7 +225,7 @@ func TestReplay(t *testing.T) {
 			got <- string(r.Value)
 			return nil
 		}})
-		eventually(t, 5*time.Second, "group late created", func() bool {
+		testwait.Until(t, 5*time.Second, "group late created", func() bool {
 			return count(t, db, `select count(*) from queue_groups where grp = 'late'`) == 1
 		})
 		if _, err := topic.Publish(t.Context(), "user-99", []byte("new")); err != nil {
@@ -286,7 +287,7 @@ func TestSeekGroup(t *testing.T) {
 	}
 	handler := func(ctx context.Context, tx *sql.Tx, r queue.Record) error { return record(ctx, tx, "g", r) }
 	s := subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: handler})
-	eventually(t, 5*time.Second, "all handled", func() bool { return count(t, db, `select count(*) from effects`) == 10 })
+	testwait.Until(t, 5*time.Second, "all handled", func() bool { return count(t, db, `select count(*) from effects`) == 10 })
 	if err := s.Stop(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +295,7 @@ func TestSeekGroup(t *testing.T) {
 		t.Fatalf("SeekGroup: %v", err)
 	}
 	subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: handler})
-	eventually(t, 5*time.Second, "records 7..9 handled again", func() bool { return count(t, db, `select count(*) from effects`) == 13 })
+	testwait.Until(t, 5*time.Second, "records 7..9 handled again", func() bool { return count(t, db, `select count(*) from effects`) == 13 })
 	seqs := effectSeqs(t, db, "g", "k")
 	if fmt.Sprint(seqs[10:]) != "[7 8 9]" {
 		t.Errorf("after seeking to 7 the group handled %v, want [7 8 9]", seqs[10:])
@@ -321,7 +322,7 @@ func TestTopicDeadLetters(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 5*time.Second, "records 1 and 2 handled", func() bool { return len(effectSeqs(t, db, "g", "k")) == 2 })
+		testwait.Until(t, 5*time.Second, "records 1 and 2 handled", func() bool { return len(effectSeqs(t, db, "g", "k")) == 2 })
 		dead, err := admin.ListDead(t.Context(), queue.DeadFilter{Queue: "t", Group: "g"})
 		if err != nil || len(dead) != 1 {
 			t.Fatalf("dead letters %+v, %v; want 1", dead, err)
@@ -351,7 +352,7 @@ func TestTopicDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 		var dead []queue.DeadLetter
-		eventually(t, 5*time.Second, "a dead letter", func() bool {
+		testwait.Until(t, 5*time.Second, "a dead letter", func() bool {
 			dead, _ = admin.ListDead(t.Context(), queue.DeadFilter{Queue: "t", Group: "g"})
 			return len(dead) == 1
 		})
@@ -392,7 +393,7 @@ func TestTopicDeadLetters(t *testing.T) {
 		}
 		// k 0 dies; k 1 waits a minute (by the store's clock, which stands
 		// still); k 2 is held back behind it.
-		eventually(t, 5*time.Second, "k 0 dead and k 1 waiting", func() bool {
+		testwait.Until(t, 5*time.Second, "k 0 dead and k 1 waiting", func() bool {
 			return count(t, db, `select count(*) from queue_dead`) == 1 &&
 				count(t, db, `select count(*) from queue_group_retries where attempts = 1`) == 1
 		})
@@ -402,11 +403,11 @@ func TestTopicDeadLetters(t *testing.T) {
 		if n, err := admin.Redrive(t.Context(), queue.DeadFilter{Queue: "t", Group: "g"}); err != nil || n != 1 {
 			t.Fatalf("Redrive = %d, %v", n, err)
 		}
-		eventually(t, 5*time.Second, "the redriven k 0 handled while k 1 still waits", func() bool {
+		testwait.Until(t, 5*time.Second, "the redriven k 0 handled while k 1 still waits", func() bool {
 			return len(effectSeqs(t, db, "g", "k")) == 1
 		})
 		clock.Advance(time.Minute)
-		eventually(t, 5*time.Second, "k 1 and k 2 handled", func() bool { return len(effectSeqs(t, db, "g", "k")) == 3 })
+		testwait.Until(t, 5*time.Second, "k 1 and k 2 handled", func() bool { return len(effectSeqs(t, db, "g", "k")) == 3 })
 		if got := fmt.Sprint(effectSeqs(t, db, "g", "k")); got != "[0 1 2]" {
 			t.Errorf("handled %s, want [0 1 2]: the redriven record first", got)
 		}
@@ -430,7 +431,7 @@ func TestTopicDeadLetters(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 5*time.Second, "k 1 and k 2 handled", func() bool { return len(effectSeqs(t, db, "g", "k")) == 2 })
+		testwait.Until(t, 5*time.Second, "k 1 and k 2 handled", func() bool { return len(effectSeqs(t, db, "g", "k")) == 2 })
 		fixed.Store(true)
 		dead, _ := admin.ListDead(t.Context(), queue.DeadFilter{Queue: "t", Group: "g"})
 		if len(dead) != 1 {
@@ -439,7 +440,7 @@ func TestTopicDeadLetters(t *testing.T) {
 		if _, err := admin.Redrive(t.Context(), queue.DeadFilter{Queue: "t", Group: "g", ID: dead[0].ID}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "k 0 handled after redrive", func() bool { return len(effectSeqs(t, db, "g", "k")) == 3 })
+		testwait.Until(t, 5*time.Second, "k 0 handled after redrive", func() bool { return len(effectSeqs(t, db, "g", "k")) == 3 })
 		if got := fmt.Sprint(effectSeqs(t, db, "g", "k")); got != "[1 2 0]" {
 			t.Errorf("handled %s, want [1 2 0]: later records stay handled, the redriven one comes last", got)
 		}
@@ -469,13 +470,13 @@ func TestTopicOwnership(t *testing.T) {
 		}
 		publish(0, 100)
 		s := subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: handler})
-		eventually(t, 5*time.Second, "the first 100", func() bool { return count(t, db, `select count(*) from effects`) == 100 })
+		testwait.Until(t, 5*time.Second, "the first 100", func() bool { return count(t, db, `select count(*) from effects`) == 100 })
 		if err := s.Stop(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		publish(100, 200)
 		subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: handler})
-		eventually(t, 5*time.Second, "all 200", func() bool { return count(t, db, `select count(*) from effects`) == 200 })
+		testwait.Until(t, 5*time.Second, "all 200", func() bool { return count(t, db, `select count(*) from effects`) == 200 })
 		if n := count(t, db, `select count(*) from (select distinct seq from effects)`); n != 200 {
 			t.Errorf("%d distinct records took effect, want 200", n)
 		}
@@ -494,7 +495,7 @@ func TestTopicOwnership(t *testing.T) {
 			}
 		}
 		a := subscribe(t, topic, queue.SubscribeOpts{Group: "g", LeaseTTL: 2 * time.Second, Handler: h(&first)})
-		eventually(t, 5*time.Second, "the first subscriber owns the partitions", func() bool {
+		testwait.Until(t, 5*time.Second, "the first subscriber owns the partitions", func() bool {
 			return count(t, db, `select count(*) from store_leases where name like 'queue.group/t/g/%'`) == 2
 		})
 		subscribe(t, topic, queue.SubscribeOpts{Group: "g", LeaseTTL: 2 * time.Second, Handler: h(&second)})
@@ -503,7 +504,7 @@ func TestTopicOwnership(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 5*time.Second, "20 handled", func() bool { return count(t, db, `select count(*) from effects`) == 20 })
+		testwait.Until(t, 5*time.Second, "20 handled", func() bool { return count(t, db, `select count(*) from effects`) == 20 })
 		if second.Load() != 0 {
 			t.Errorf("the standby handled %d records while the owner ran", second.Load())
 		}
@@ -515,7 +516,7 @@ func TestTopicOwnership(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 5*time.Second, "the standby handles the rest", func() bool { return count(t, db, `select count(*) from effects`) == 40 })
+		testwait.Until(t, 5*time.Second, "the standby handles the rest", func() bool { return count(t, db, `select count(*) from effects`) == 40 })
 		if second.Load() != 20 || first.Load() != 20 {
 			t.Errorf("first handled %d, second %d; want 20 each", first.Load(), second.Load())
 		}
@@ -580,7 +581,7 @@ func TestPublish(t *testing.T) {
 			got <- string(r.Value)
 			return nil
 		}})
-		eventually(t, 5*time.Second, "both groups own their partitions", func() bool {
+		testwait.Until(t, 5*time.Second, "both groups own their partitions", func() bool {
 			return count(t, db, `select count(*) from store_leases where name like 'queue.group/%'`) == 4
 		})
 		if _, err := in.Publish(t.Context(), "k", []byte("hello")); err != nil {
@@ -607,7 +608,7 @@ func TestPublish(t *testing.T) {
 				return nil
 			}})
 		}
-		eventually(t, 5*time.Second, "both groups own their partitions", func() bool {
+		testwait.Until(t, 5*time.Second, "both groups own their partitions", func() bool {
 			return count(t, db, `select count(*) from store_leases where name like 'queue.group/%'`) == 6
 		})
 		for i := range 5 {
@@ -661,11 +662,11 @@ func TestLagGauge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 5*time.Second, "lag gauge at 5", func() bool {
+	testwait.Until(t, 5*time.Second, "lag gauge at 5", func() bool {
 		return metricValue(t, "switchyard_queue_topic_lag_messages", map[string]string{"topic": name, "group": "g", "partition": "0"}) == 5
 	})
 	release.Store(true)
-	eventually(t, 5*time.Second, "lag gauge back to 0", func() bool {
+	testwait.Until(t, 5*time.Second, "lag gauge back to 0", func() bool {
 		return metricValue(t, "switchyard_queue_topic_lag_messages", map[string]string{"topic": name, "group": "g", "partition": "0"}) == 0
 	})
 }
