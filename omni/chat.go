@@ -133,18 +133,29 @@ func decodeEnvelope(body []byte) (*Envelope, error) {
 	return &env, nil
 }
 
+// envelopeOf decodes a message of receiver.flow or receiver.retry. One that
+// is no envelope, or an invalid one, it deals with there and then (it is a
+// dead letter) and returns nil with what the handler is to return.
+func (c *Chat) envelopeOf(m queue.Message) (*Envelope, error) {
+	env, err := decodeEnvelope(m.Body)
+	if err != nil {
+		metricChatEvents.WithLabelValues(eventInvalid, chatDead).Inc()
+		return nil, err
+	}
+	if env.EventType == EventInvalid {
+		return nil, c.deadInvalid(env)
+	}
+	return env, nil
+}
+
 // handleFlow applies an envelope from receiver.flow. When its thread has
 // envelopes waiting in receiver.retry it goes behind them; when applying it
 // fails it moves to receiver.retry itself, and later envelopes of its thread
 // follow it there.
 func (c *Chat) handleFlow(ctx context.Context, m queue.Message) error {
-	env, err := decodeEnvelope(m.Body)
-	if err != nil {
-		metricChatEvents.WithLabelValues(eventInvalid, chatDead).Inc()
+	env, err := c.envelopeOf(m)
+	if env == nil {
 		return err
-	}
-	if env.EventType == EventInvalid {
-		return c.deadInvalid(env)
 	}
 	key := OrderingKey(env)
 	parked, err := c.lane.parked(ctx, key)
@@ -186,13 +197,9 @@ func (c *Chat) handleFlow(ctx context.Context, m queue.Message) error {
 // thread's hold. Failures retry in place with backoff; the last attempt
 // releases the thread and dead-letters the envelope (receiver.dlq).
 func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
-	env, err := decodeEnvelope(m.Body)
-	if err != nil {
-		metricChatEvents.WithLabelValues(eventInvalid, chatDead).Inc()
+	env, err := c.envelopeOf(m)
+	if env == nil {
 		return err
-	}
-	if env.EventType == EventInvalid {
-		return c.deadInvalid(env)
 	}
 	var res applied
 	err = c.db.Tx(ctx, func(tx *sql.Tx) error {
