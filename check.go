@@ -53,11 +53,7 @@ func (a *checkArgs) options() []option {
 // one), reported on stdout; it exits non-zero when the file is damaged.
 func checkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var a checkArgs
-	rest, err := parseFlags("check", a.options(), args, getenv, stdout)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(rest); err != nil {
+	if err := parseOptions("check", a.options(), args, getenv, stdout); err != nil {
 		return err
 	}
 	cfg := &a.cfg

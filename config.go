@@ -185,11 +185,7 @@ func parseConfig(scope string, args []string, getenv func(string) string, help i
 // parse reads opts of the command name, which takes no arguments beyond
 // its options, and the secrets from the environment.
 func (c *config) parse(name string, opts []option, args []string, getenv func(string) string, help io.Writer) error {
-	rest, err := parseFlags(name, opts, args, getenv, help)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(rest); err != nil {
+	if err := parseOptions(name, opts, args, getenv, help); err != nil {
 		return err
 	}
 	c.AdminToken = getenv("SWITCHYARD_ADMIN_TOKEN")

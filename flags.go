@@ -113,6 +113,16 @@ func takeOptions(opts []option, args []string) (own, rest []string) {
 	return own, rest
 }
 
+// parseOptions is parseFlags for a command that takes no arguments beyond
+// its options.
+func parseOptions(name string, opts []option, args []string, getenv func(string) string, help io.Writer) error {
+	rest, err := parseFlags(name, opts, args, getenv, help)
+	if err != nil {
+		return err
+	}
+	return noArgs(rest)
+}
+
 // noArgs refuses arguments left after a command's options.
 func noArgs(rest []string) error {
 	if len(rest) > 0 {

@@ -68,11 +68,7 @@ func (a *loadtestArgs) setDuration(v string) error {
 // its public paths and prints throughput, latency and errors per path.
 func loadtestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var a loadtestArgs
-	rest, err := parseFlags("loadtest", a.options(), args, getenv, stdout)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(rest); err != nil {
+	if err := parseOptions("loadtest", a.options(), args, getenv, stdout); err != nil {
 		return err
 	}
 	opts := a.opts

@@ -175,11 +175,7 @@ func printCommands(w io.Writer) {
 
 // versionCmd is `switchyard version`.
 func versionCmd(_ context.Context, args []string, stdout, _ io.Writer) error {
-	rest, err := parseFlags("version", nil, args, getenv, stdout)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(rest); err != nil {
+	if err := parseOptions("version", nil, args, getenv, stdout); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "switchyard", version())
