@@ -10,7 +10,8 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/authlimit"
-	"switchyard/bot"
+	"switchyard/bot/backend"
+	"switchyard/bot/onboarding"
 	"switchyard/omni"
 	"switchyard/queue"
 	"switchyard/referral"
@@ -95,7 +96,7 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	if botUsername == "" && cfg.BotTelegramToken == "" {
 		botUsername = fmt.Sprintf("fake%d_bot", sandboxOnboardingBotID)
 	}
-	backend := bot.NewBackend(bot.BackendOpts{
+	be := backend.New(backend.Opts{
 		DB:          db,
 		Secret:      sec.BotToBackend,
 		AuthLimiter: authLimit,
@@ -104,18 +105,20 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 	})
 	// Operators can always act on the backend domain; the /bot/* contract is
 	// served by processes that run the backend role.
-	wo.Admin = append(wo.Admin, backend.AdminRoutes)
-	wo.Outbox = backend.Outbox()
+	wo.Admin = append(wo.Admin, be.AdminRoutes)
+	wo.Outbox = be.Outbox()
+	// The funnel's counts are read from the database in any process.
+	wo.Funnel = onboarding.NewStats(db)
 	if cfg.has("backend") {
-		wo.Public = append(wo.Public, backend.Routes)
-		a.onShutdown = append(a.onShutdown, backend.Shutdown)
+		wo.Public = append(wo.Public, be.Routes)
+		a.onShutdown = append(a.onShutdown, be.Shutdown)
 	}
 	if cfg.has("bot") {
 		backendURL := cfg.BackendURL
 		if backendURL == "" {
 			backendURL = u.self
 		}
-		ob, err := bot.NewOnboarding(bot.OnboardingOpts{
+		ob, err := onboarding.New(onboarding.Opts{
 			DB:             db,
 			Logger:         log.With(slog.String("subsystem", "onboarding-bot")),
 			BackendURL:     backendURL,
