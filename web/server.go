@@ -18,9 +18,10 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"switchyard/adminsession"
 	"switchyard/authlimit"
-	"switchyard/store"
 	"switchyard/httpjson"
+	"switchyard/store"
 )
 
 // DefaultBodyLimit caps request bodies unless Options.BodyLimit says otherwise.
@@ -41,6 +42,9 @@ type Options struct {
 	// Bearer). Pass the process's one limiter, so that every surface counts
 	// a client's failures together; nil gets a limiter of this server's own.
 	AuthLimiter *authlimit.Limiter
+	// Sessions keeps the console's sessions; nil gets an adminsession.Store
+	// on DB under AdminToken.
+	Sessions sessionStore
 	// BodyLimit caps every request body (default 1 MiB; 413 beyond).
 	BodyLimit int64
 	Version   string
@@ -103,7 +107,10 @@ func New(opts Options) *Server {
 	if opts.AuthLimiter == nil {
 		opts.AuthLimiter = authlimit.New(authlimit.Opts{Logger: opts.Logger})
 	}
-	s := &Server{opts: opts, log: opts.Logger, auth: newAuth(opts.DB, opts.AdminToken, opts.AuthLimiter)}
+	if opts.Sessions == nil {
+		opts.Sessions = adminsession.New(adminsession.Opts{DB: opts.DB, Token: opts.AdminToken})
+	}
+	s := &Server{opts: opts, log: opts.Logger, auth: newAuth(opts.Sessions, opts.AdminToken, opts.AuthLimiter)}
 
 	r := mux.NewRouter()
 	r.Use(captureRoute)
