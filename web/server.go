@@ -86,7 +86,9 @@ type Server struct {
 	handler http.Handler
 	// routers are the root router and the admin API's, for Walk.
 	routers []*mux.Router
-	// minutes caches the console's per-minute counts of finished minutes.
+	// counts counts each throughput series whose owner is wired; minutes
+	// caches the counts of finished minutes.
+	counts  map[series]countFunc
 	minutes minuteCache
 }
 
@@ -111,6 +113,7 @@ func New(opts Options) *Server {
 		opts.Sessions = adminsession.New(adminsession.Opts{DB: opts.DB, Token: opts.AdminToken})
 	}
 	s := &Server{opts: opts, log: opts.Logger, auth: newAuth(opts.Sessions, opts.AdminToken, opts.AuthLimiter)}
+	s.counts = s.counters()
 
 	r := mux.NewRouter()
 	r.Use(captureRoute)

@@ -226,11 +226,8 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 
 	t.Run("a database that cannot be written makes readyz 503 and the process keeps serving", func(t *testing.T) {
-		// The writer is a single connection, so query_only sticks to it: every
-		// write now fails as on a read-only file (root ignores file modes).
-		if _, err := db.Write.Exec(`pragma query_only = on`); err != nil {
-			t.Fatal(err)
-		}
+		// Every write now fails as on a read-only file.
+		allowWrites := storetest.RefuseWrites(t, db)
 		// Readiness is cached for a couple of seconds (so probes stay cheap):
 		// it turns within that time.
 		waitFor(t, 10*time.Second, "readyz 503 unavailable", func() bool {
@@ -240,9 +237,7 @@ func TestHealthAndReadiness(t *testing.T) {
 		if resp, _ := do(t, request(t, http.MethodGet, srv.URL+"/healthz", "", "")); resp.StatusCode != 200 {
 			t.Fatalf("healthz after: %d", resp.StatusCode)
 		}
-		if _, err := db.Write.Exec(`pragma query_only = off`); err != nil {
-			t.Fatal(err)
-		}
+		allowWrites()
 		waitFor(t, 10*time.Second, "readyz 200 after recovery", func() bool {
 			resp, _ := do(t, request(t, http.MethodGet, srv.URL+"/readyz", "", ""))
 			return resp.StatusCode == 200
