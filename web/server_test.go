@@ -17,11 +17,11 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"switchyard/httpjson"
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web"
-	"switchyard/httpjson"
 )
 
 const adminToken = "0123456789abcdef0123456789abcdef"
