@@ -26,6 +26,7 @@ import (
 	"switchyard/store/storetest"
 	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
+	"switchyard/telegram/sandbox"
 	"switchyard/web"
 )
 
@@ -654,7 +655,8 @@ func TestSandbox(t *testing.T) {
 	fake := fakebot.New(fakebot.Opts{Tokens: []string{onboardingToken, chatToken}})
 	fakeSrv := httptest.NewServer(fake)
 	t.Cleanup(func() { fakeSrv.Close(); fake.Close() })
-	c := newConsole(t, web.Options{DB: db, Sandbox: &web.Sandbox{Server: fake, OnboardingToken: onboardingToken, ChatToken: chatToken}})
+	sbx := sandbox.New(sandbox.Opts{Server: fake, OnboardingToken: onboardingToken, ChatToken: chatToken})
+	c := newConsole(t, web.Options{DB: db, Sandbox: sbx, Admin: []web.RoutesFunc{sbx.AdminRoutes}})
 	api := func(method, path, body string) int {
 		t.Helper()
 		resp, _ := do(t, request(t, method, c.base+"/admin/api/sandbox"+path, adminToken, body))

@@ -71,9 +71,10 @@ type Options struct {
 	Referral referralOps
 	// Chat is the chat platform's operator side (*omni.Admin).
 	Chat chatOps
-	// Sandbox is the built-in fake Bot API; the Sandbox page and the
-	// /admin/api/sandbox routes exist only when it is set.
-	Sandbox *Sandbox
+	// Sandbox is the built-in fake Telegram (*sandbox.Sandbox); the Sandbox
+	// page exists only when it is set. Its JSON API is mounted with Admin,
+	// like every subsystem's routes.
+	Sandbox sandboxOps
 	// Demo is the traffic simulator's switch; nil hides it.
 	Demo DemoTraffic
 }
@@ -147,9 +148,6 @@ func New(opts Options) *Server {
 	api := apiRoot.PathPrefix("/admin/api").Subrouter()
 	for _, mount := range opts.Admin {
 		mount(api)
-	}
-	if opts.Sandbox != nil {
-		s.sandboxAPIRoutes(api)
 	}
 	r.PathPrefix("/admin/api/").Handler(csrf.Handler(s.auth.requireAPI(apiRoot)))
 	s.routers = []*mux.Router{r, apiRoot}
