@@ -22,6 +22,7 @@ import (
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web"
+	"switchyard/web/webtest"
 )
 
 const adminToken = "0123456789abcdef0123456789abcdef"
@@ -49,13 +50,11 @@ func newServer(t *testing.T, db *store.DB) *httptest.Server {
 			t.Fatal(err)
 		}
 	}
-	srv := httptest.NewServer(web.New(web.Options{
+	return webtest.NewWith(t, web.Options{
 		DB: db, AdminToken: adminToken, BodyLimit: 1024,
 		Admin:  []web.RoutesFunc{echoRoutes},
 		Queues: queue.NewAdmin(queue.AdminOpts{DB: db}),
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	}).Server
 }
 
 type errorBody struct {
@@ -315,11 +314,10 @@ func TestConsoleLogin(t *testing.T) {
 func TestAccessLogHidesBotTokens(t *testing.T) {
 	t.Parallel()
 	var buf syncBuffer
-	srv := httptest.NewServer(web.New(web.Options{
+	srv := webtest.NewWith(t, web.Options{
 		DB: storetest.New(t), AdminToken: adminToken,
 		Logger: slog.New(slog.NewTextHandler(&buf, nil)),
-	}))
-	t.Cleanup(srv.Close)
+	})
 	resp, err := http.Get(srv.URL + "/sandbox/telegram/bot123:AAsecretPART_x-y/getMe?token=" + adminToken)
 	if err != nil {
 		t.Fatal(err)
