@@ -17,6 +17,7 @@ import (
 	"switchyard/referral"
 	"switchyard/store"
 	"switchyard/telegram"
+	tgsandbox "switchyard/telegram/sandbox"
 	"switchyard/web"
 )
 
@@ -200,9 +201,11 @@ func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog
 		a.workers = append(a.workers, omni.NewOutbound(omni.OutboundOpts{DB: db, Token: omniToken, APIURL: omniAPI, Logger: omniLog}))
 	}
 
-	// The console's Sandbox page and API, when a bot runs on the fake.
+	// The sandbox's admin API and the console's Sandbox page, when a bot runs on the fake.
 	if sb != nil {
-		wo.Sandbox = &web.Sandbox{Server: sb.server, OnboardingToken: sb.onboardingToken, ChatToken: sb.omniToken}
+		sbx := tgsandbox.New(tgsandbox.Opts{Server: sb.server, OnboardingToken: sb.onboardingToken, ChatToken: sb.omniToken})
+		wo.Admin = append(wo.Admin, sbx.AdminRoutes)
+		wo.Sandbox = sbx
 	}
 
 	// Demo (demo.go): with both bots on the sandbox, seed the database once

@@ -22,7 +22,7 @@ func TestConsoleMasksEveryPhoneSpelling(t *testing.T) {
 	digits := regexp.MustCompile(`\D`)
 	views := map[string]func(text string) string{
 		"the inbox preview": func(s string) string {
-			return toThreadRow(omniThread(), threadDigest{LastText: s, LastDirection: "inbound"}, testNow).LastText
+			return toThreadRow(omniThread(), omni.ThreadDigest{LastText: s, LastDirection: "inbound"}, testNow).LastText
 		},
 		"a thread's message and its failure": func(s string) string {
 			row := toMessageRow(omni.OmniMessage{Text: s, Status: omni.StatusFailed, FailureReason: "telegram 400: " + s}, testNow)

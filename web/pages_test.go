@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -26,7 +25,9 @@ import (
 	"switchyard/store/storetest"
 	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
+	"switchyard/telegram/sandbox"
 	"switchyard/web"
+	"switchyard/web/webtest"
 )
 
 // Handler tests: the console's pages and actions over real HTTP, on real
@@ -42,26 +43,12 @@ type console struct {
 func newConsole(t *testing.T, opts web.Options) *console {
 	t.Helper()
 	opts.AdminToken = adminToken
-	srv := httptest.NewServer(web.New(opts))
-	t.Cleanup(srv.Close)
-	return loginTo(t, srv.URL)
+	return loginTo(t, webtest.NewWith(t, opts))
 }
 
-func loginTo(t *testing.T, base string) *console {
+func loginTo(t *testing.T, srv *webtest.Server) *console {
 	t.Helper()
-	jar, _ := cookiejar.New(nil)
-	c := &console{base: base, client: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	}}}
-	resp, err := c.client.PostForm(base+"/admin/login", url.Values{"token": {adminToken}, "next": {"/admin"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("login: status %d", resp.StatusCode)
-	}
-	return c
+	return &console{base: srv.URL, client: srv.Login(t)}
 }
 
 // get fetches a console page and parses it.
@@ -560,9 +547,8 @@ func TestChatConsole(t *testing.T) {
 	in := omni.NewInbound(omni.InboundOpts{DB: db, Token: token, WebhookSecret: "webhook-secret-0123456789"})
 	runWorker(t, omni.NewChat(omni.ChatOpts{DB: db, DisableAutoAck: true, PollInterval: 20 * time.Millisecond}).Run)
 	runWorker(t, omni.NewOutbound(omni.OutboundOpts{DB: db, Token: token, APIURL: fakeSrv.URL, PollInterval: 20 * time.Millisecond}).Run)
-	srv := httptest.NewServer(web.New(web.Options{DB: db, AdminToken: adminToken, Public: []web.RoutesFunc{in.Routes},
-		Chat: omni.NewAdmin(omni.AdminOpts{DB: db})}))
-	t.Cleanup(srv.Close)
+	srv := webtest.NewWith(t, web.Options{DB: db, AdminToken: adminToken, Public: []web.RoutesFunc{in.Routes},
+		Chat: omni.NewAdmin(omni.AdminOpts{DB: db})})
 	tg, err := telegram.NewBot(token, fakeSrv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -570,7 +556,7 @@ func TestChatConsole(t *testing.T) {
 	if err := in.SetWebhook(ctx, tg, srv.URL); err != nil {
 		t.Fatal(err)
 	}
-	c := loginTo(t, srv.URL)
+	c := loginTo(t, srv)
 	fb := fake.Bot(token)
 	conn, err := fb.ConnectBusiness(telego.User{ID: 900, FirstName: "Shop"}, telego.BusinessBotRights{CanReply: true})
 	if err != nil {
@@ -654,7 +640,8 @@ func TestSandbox(t *testing.T) {
 	fake := fakebot.New(fakebot.Opts{Tokens: []string{onboardingToken, chatToken}})
 	fakeSrv := httptest.NewServer(fake)
 	t.Cleanup(func() { fakeSrv.Close(); fake.Close() })
-	c := newConsole(t, web.Options{DB: db, Sandbox: &web.Sandbox{Server: fake, OnboardingToken: onboardingToken, ChatToken: chatToken}})
+	sbx := sandbox.New(sandbox.Opts{Server: fake, OnboardingToken: onboardingToken, ChatToken: chatToken})
+	c := newConsole(t, web.Options{DB: db, Sandbox: sbx, Admin: []web.RoutesFunc{sbx.AdminRoutes}})
 	api := func(method, path, body string) int {
 		t.Helper()
 		resp, _ := do(t, request(t, method, c.base+"/admin/api/sandbox"+path, adminToken, body))
@@ -797,8 +784,7 @@ func sendAsBot(t *testing.T, fakeURL, token string, chat int64, text, data strin
 func TestConsoleNeedsASession(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
-	srv := httptest.NewServer(web.New(web.Options{DB: db, AdminToken: adminToken, Outbox: bot.NewOutbox(bot.OutboxOpts{DB: db})}))
-	t.Cleanup(srv.Close)
+	srv := webtest.NewWith(t, web.Options{DB: db, AdminToken: adminToken, Outbox: bot.NewOutbox(bot.OutboxOpts{DB: db})})
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, p := range []string{"/admin", "/admin/bot", "/admin/bot/events/1", "/admin/referral", "/admin/chat", "/admin/queues", "/admin/queues/x"} {
 		resp, err := noRedirect.Get(srv.URL + p)
@@ -810,7 +796,7 @@ func TestConsoleNeedsASession(t *testing.T) {
 			t.Errorf("GET %s without a session: %d to %q", p, resp.StatusCode, resp.Header.Get("Location"))
 		}
 	}
-	c := loginTo(t, srv.URL)
+	c := loginTo(t, srv)
 	t.Run("every page renders when its subsystem is not wired", func(t *testing.T) {
 		for _, p := range []string{"/admin", "/admin/bot", "/admin/bot/funnel", "/admin/bot/users/5", "/admin/referral",
 			"/admin/referral/users/11111111-1111-4111-8111-111111111111", "/admin/chat", "/admin/queues"} {
