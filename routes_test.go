@@ -19,11 +19,11 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"switchyard/httpjson/httpjsontest"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
 	"switchyard/web"
-	"switchyard/httpjson/httpjsontest"
 )
 
 // wiredApp is the whole application as serve builds it — every role, the

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
 	"switchyard/httpjson"
 	"switchyard/httpjson/httpjsontest"
+	"switchyard/store"
 )
 
 func TestTimeLayoutIsTheStores(t *testing.T) {

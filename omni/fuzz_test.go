@@ -18,9 +18,9 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/authlimit"
+	"switchyard/httpjson"
 	"switchyard/store"
 	"switchyard/store/storetest"
-	"switchyard/httpjson"
 )
 
 // The fuzz targets of this file check the promise "bad input gets a clear

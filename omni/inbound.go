@@ -16,10 +16,10 @@ import (
 	"github.com/mymmrac/telego"
 
 	"switchyard/authlimit"
+	"switchyard/httpjson"
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/telegram"
-	"switchyard/httpjson"
 )
 
 // WebhookPath is where omni_inbound takes Telegram's webhook.

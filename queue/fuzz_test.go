@@ -13,10 +13,10 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"switchyard/httpjson"
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
-	"switchyard/httpjson"
 )
 
 // FuzzTopicPublish posts any body with any key to any topic through the

@@ -15,11 +15,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 
+	"switchyard/httpjson"
 	"switchyard/mask"
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
-	"switchyard/httpjson"
 )
 
 // The fuzz targets of this file check the referral consumers and operator

@@ -20,8 +20,8 @@ import (
 
 	"github.com/mymmrac/telego"
 
-	"switchyard/telegram"
 	"switchyard/httpjson"
+	"switchyard/telegram"
 )
 
 // Opts configures a Server. The zero value is a working fake.
