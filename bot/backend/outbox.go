@@ -695,16 +695,15 @@ func (o *Outbox) CountUnfinished(ctx context.Context) (Counts, error) {
 	return c, nil
 }
 
+// handledEvents are the outbox's events by when they were processed: the
+// index on (processed_at, id) answers a count from the rows of its range.
+var handledEvents = store.Stamped{Table: "bot_event_outbox", Column: "processed_at"}
+
 // CountHandled counts the events processed (handled, or closed after their
-// attempts ran out) in [from, to); a zero to has no end. The index on
-// (processed_at, id) answers it from the rows of the range alone.
+// attempts ran out) in [from, to); a zero to has no end.
 func (o *Outbox) CountHandled(ctx context.Context, from, to time.Time) (int64, error) {
-	q, args := `select count(*) from bot_event_outbox where processed_at >= ?`, []any{store.TS(from)}
-	if !to.IsZero() {
-		q, args = q+` and processed_at < ?`, append(args, store.TS(to))
-	}
-	var n int64
-	if err := o.db.Read.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
+	n, err := handledEvents.CountBetween(ctx, o.db, from, to)
+	if err != nil {
 		return 0, fmt.Errorf("count handled outbox events: %w", err)
 	}
 	return n, nil
