@@ -443,18 +443,24 @@ func (o *Bot) handleGetFunnel(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// DMsResponse is the body of GET /admin/api/bot/dms?chatId=.
+// DMsResponse is the body of GET /admin/api/bot/dms?chatId=&status=.
 type DMsResponse struct {
 	DMs []DM `json:"dms"`
 }
 
 func (o *Bot) handleListDMs(w http.ResponseWriter, r *http.Request) error {
-	tg, err := contract.ParseTelegramID(r.URL.Query().Get("chatId"))
-	if err != nil {
-		return err
+	q := r.URL.Query()
+	var f DMFilter
+	if q.Get("chatId") != "" {
+		tg, err := contract.ParseTelegramID(q.Get("chatId"))
+		if err != nil {
+			return err
+		}
+		f.ChatID = tg
 	}
-	f := DMFilter{ChatID: tg}
-	if r.URL.Query().Has("limit") {
+	f.Status = DMStatus(q.Get("status"))
+	if q.Has("limit") {
+		var err error
 		if f.Limit, err = contract.ParseLimit(r); err != nil {
 			return err
 		}

@@ -489,12 +489,32 @@ type DM struct {
 
 // DMFilter selects DMs for ListDMs.
 type DMFilter struct {
-	// ChatID keeps the DMs to one chat (required).
+	// ChatID keeps the DMs to one chat; empty keeps every chat's.
 	ChatID contract.TelegramID
+	// Status keeps the DMs of one status; empty keeps every status.
+	Status DMStatus
 	// Limit caps each of the three sources — in the queue, dead, delivered
 	// (default 100, at most 500).
 	Limit int
 }
+
+// sources says which of ListDMs' three sources hold DMs of status st.
+func (st DMStatus) sources() (live, dead, delivered bool) {
+	switch st {
+	case "":
+		return true, true, true
+	case DMPending, DMRetrying, DMSending:
+		return true, false, false
+	case DMFailed:
+		return false, true, false
+	}
+	return false, false, true
+}
+
+const listDeliveriesSQL = `
+	select dm_key, method, chat_id, text, outcome, attempts, delivered_at from bot_deliveries
+	where (? = '' or chat_id = ?) and (? = '' or outcome = ?)
+	order by delivered_at desc limit ?`
 
 // cause is the part of a DM key before its message key.
 func cause(key string) string {
@@ -504,65 +524,88 @@ func cause(key string) string {
 	return key
 }
 
-// ListDMs lists the DMs to one chat, oldest first: those in DMQueue, its dead
-// letters, and the deliveries recorded in bot_deliveries. It reads the queue
-// through the queue's own admin API.
+// ListDMs lists DMs, oldest first: those in DMQueue, its dead letters, and
+// the deliveries recorded in bot_deliveries. It reads the queue through the
+// queue's own admin API.
 func (o *Bot) ListDMs(ctx context.Context, f DMFilter) ([]DM, error) {
-	if f.ChatID == "" {
-		return nil, contract.Invalidf("a chat id is required")
+	switch f.Status {
+	case "", DMPending, DMRetrying, DMSending, DMFailed, DMSent, DMNotified:
+	default:
+		return nil, contract.Invalidf("status must be pending, retrying, sending, failed, sent or notified, not %q", f.Status)
 	}
 	limit := contract.ClampPendingLimit(f.Limit)
-	orderKey := "chat:" + string(f.ChatID)
+	var orderKey string
+	if f.ChatID != "" {
+		orderKey = "chat:" + string(f.ChatID)
+	}
+	live, dead, delivered := f.Status.sources()
 	var out []DM
-	live, err := o.queues.ListMessages(ctx, queue.MessageFilter{Queue: DMQueue, OrderKey: orderKey, Limit: limit})
-	if err != nil {
-		return nil, err
-	}
-	for _, l := range live {
-		d, ok := decodeDM(l.Body)
-		if !ok {
-			continue
+	if live {
+		msgs, err := o.queues.ListMessages(ctx, queue.MessageFilter{Queue: DMQueue, OrderKey: orderKey, Limit: limit})
+		if err != nil {
+			return nil, err
 		}
-		st := DMPending
-		switch {
-		case l.State == queue.StateInFlight:
-			st = DMSending
-		case l.LastError != "":
-			st = DMRetrying
-		}
-		out = append(out, d.view(st, max(l.Attempts-boolInt(l.State == queue.StateInFlight), 0), l.LastError, string(l.ID), l.SentAt))
-	}
-	dead, err := o.queues.ListDead(ctx, queue.DeadFilter{Queue: DMQueue, OrderKey: orderKey, Limit: limit})
-	if err != nil {
-		return nil, err
-	}
-	for _, l := range dead {
-		if d, ok := decodeDM(l.Body); ok {
-			out = append(out, d.view(DMFailed, l.Attempts, l.LastError, l.ID, l.DeadAt))
+		for _, l := range msgs {
+			d, ok := decodeDM(l.Body)
+			if !ok {
+				continue
+			}
+			st := DMPending
+			switch {
+			case l.State == queue.StateInFlight:
+				st = DMSending
+			case l.LastError != "":
+				st = DMRetrying
+			}
+			if f.Status == "" || f.Status == st {
+				out = append(out, d.view(st, max(l.Attempts-boolInt(l.State == queue.StateInFlight), 0), l.LastError, string(l.ID), l.SentAt))
+			}
 		}
 	}
-	rows, err := o.db.Read.QueryContext(ctx, `
-		select dm_key, method, text, outcome, attempts, delivered_at from bot_deliveries
-		where chat_id = ? order by delivered_at desc limit ?`, string(f.ChatID), limit)
+	if dead {
+		letters, err := o.queues.ListDead(ctx, queue.DeadFilter{Queue: DMQueue, OrderKey: orderKey, Limit: limit})
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range letters {
+			if d, ok := decodeDM(l.Body); ok {
+				out = append(out, d.view(DMFailed, l.Attempts, l.LastError, l.ID, l.DeadAt))
+			}
+		}
+	}
+	if delivered {
+		list, err := o.listDeliveries(ctx, f.ChatID, f.Status, limit)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, list...)
+	}
+	slices.SortStableFunc(out, func(a, b DM) int { return a.At.Compare(b.At) })
+	return out, nil
+}
+
+// listDeliveries reads bot_deliveries, newest first.
+func (o *Bot) listDeliveries(ctx context.Context, chat contract.TelegramID, st DMStatus, limit int) ([]DM, error) {
+	rows, err := o.db.Read.QueryContext(ctx, listDeliveriesSQL, string(chat), string(chat), string(st), string(st), limit)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
 	defer rows.Close()
+	var out []DM
 	for rows.Next() {
 		var (
 			d  DM
 			at store.Timestamp
 		)
-		if err := rows.Scan(&d.Key, &d.Method, &d.Text, &d.Status, &d.Attempts, &at); err != nil {
+		if err := rows.Scan(&d.Key, &d.Method, &d.ChatID, &d.Text, &d.Status, &d.Attempts, &at); err != nil {
 			return nil, fmt.Errorf("list deliveries: %w", err)
 		}
-		d.Cause, d.ChatID, d.At = cause(d.Key), f.ChatID, at.Time
+		d.Cause, d.At = cause(d.Key), at.Time
 		out = append(out, d)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
-	slices.SortStableFunc(out, func(a, b DM) int { return a.At.Compare(b.At) })
 	return out, nil
 }
 
