@@ -13,7 +13,6 @@ import (
 	"switchyard/adminsession"
 	"switchyard/authlimit"
 	"switchyard/httpjson"
-	"switchyard/store"
 )
 
 // sessionCookie is the cookie that carries a console session's id.

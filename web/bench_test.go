@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/bot"
+	"switchyard/bot/backend"
+	"switchyard/bot/contract"
 	"switchyard/omni"
 	"switchyard/omni/omnitest"
 	"switchyard/queue"
@@ -39,7 +40,7 @@ func BenchmarkOverviewPoll(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			h := web.New(web.Options{DB: db, AdminToken: adminToken, Outbox: bot.NewOutbox(bot.OutboxOpts{DB: db}),
+			h := web.New(web.Options{DB: db, AdminToken: adminToken, Outbox: backend.NewOutbox(backend.OutboxOpts{DB: db}),
 				Queues: queue.NewAdmin(queue.AdminOpts{DB: db}), Referral: ref, Chat: omni.NewAdmin(omni.AdminOpts{DB: db})})
 			cookie := sessionCookie(b, h)
 			b.ResetTimer()
@@ -87,11 +88,11 @@ func seedThroughput(b *testing.B, db *store.DB, n int) {
 		return
 	}
 	ctx := context.Background()
-	ob := bot.NewOutbox(bot.OutboxOpts{DB: db})
-	ids := make([]bot.EventID, 0, n)
+	ob := backend.NewOutbox(backend.OutboxOpts{DB: db})
+	ids := make([]contract.EventID, 0, n)
 	err := db.Tx(ctx, func(tx *sql.Tx) error {
 		for i := range n {
-			id, err := ob.EmitTx(ctx, tx, bot.NewEvent{Type: bot.EventWalletConnected, Target: bot.Target{TelegramID: bot.TelegramID(fmt.Sprint(1000 + i%500))}})
+			id, err := ob.EmitTx(ctx, tx, backend.NewEvent{Type: contract.EventWalletConnected, Target: backend.Target{TelegramID: contract.TelegramID(fmt.Sprint(1000 + i%500))}})
 			if err != nil {
 				return err
 			}
@@ -104,7 +105,7 @@ func seedThroughput(b *testing.B, db *store.DB, n int) {
 	}
 	for len(ids) > 0 {
 		k := min(len(ids), 10_000)
-		if _, err := ob.Ack(ctx, bot.AckRequest{ProcessedIDs: ids[:k]}); err != nil {
+		if _, err := ob.Ack(ctx, contract.AckRequest{ProcessedIDs: ids[:k]}); err != nil {
 			b.Fatal(err)
 		}
 		ids = ids[k:]

@@ -12,8 +12,8 @@ import (
 // minutes that are over, so a poll counts only the current minute's rows.
 
 // countFunc counts a series' rows stamped in [from, to); a zero to has no
-// end. referral.Service.ConsumedBetween and omni.Admin.InboundBetween are
-// such functions.
+// end. backend.Outbox.CountHandled, referral.Service.ConsumedBetween and
+// omni.Admin.InboundBetween are such functions.
 type countFunc func(ctx context.Context, from, to time.Time) (int64, error)
 
 // series names a throughput line of the console's charts.
@@ -30,8 +30,10 @@ const (
 
 // counters returns the counting function of each series whose owner is wired.
 func (s *Server) counters() map[series]countFunc {
-	// The bot's series is still read here (console_bot_stats.go).
-	c := map[series]countFunc{outboxHandled: s.outboxHandledBetween}
+	c := map[series]countFunc{}
+	if s.opts.Outbox != nil {
+		c[outboxHandled] = s.opts.Outbox.CountHandled
+	}
 	if s.opts.Referral != nil {
 		c[identityConsumed] = s.opts.Referral.ConsumedBetween
 		c[bondsCreated] = s.opts.Referral.BondsBetween

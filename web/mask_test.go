@@ -7,7 +7,7 @@ import (
 
 	"github.com/mymmrac/telego"
 
-	"switchyard/bot"
+	"switchyard/bot/onboarding"
 	"switchyard/omni"
 	"switchyard/queue"
 	"switchyard/telegram/fakebot"
@@ -33,9 +33,7 @@ func TestConsoleMasksEveryPhoneSpelling(t *testing.T) {
 			return rows[0].LastError + " " + rows[0].Body
 		},
 		"an outgoing bot message and its error": func(s string) string {
-			o := bot.Outgoing{LastError: &s}
-			o.Params.Text = s
-			row := toOutgoingRow(o)
+			row := toOutgoingRow(onboarding.DM{Text: s, LastError: s, Status: onboarding.DMFailed})
 			return row.Text + " " + row.LastError
 		},
 		"a sandbox chat": func(s string) string {

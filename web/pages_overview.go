@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"switchyard/bot/backend"
 	"switchyard/referral"
 )
 
@@ -98,10 +99,14 @@ func (s *Server) overviewModel(r *http.Request) (overviewModel, error) {
 
 func (s *Server) botSummary(ctx context.Context, now time.Time) (botSummary, error) {
 	var b botSummary
-	c, err := s.outboxCounts(ctx)
-	if err != nil {
-		return b, err
+	c := backend.Counts{}
+	if s.opts.Outbox != nil {
+		var err error
+		if c, err = s.opts.Outbox.CountUnfinished(ctx); err != nil {
+			return b, err
+		}
 	}
+	var err error
 	b.Pending, b.Retrying, b.Dead = c.Pending, c.Retrying, c.Dead
 	if b.PerMinute, err = s.since(ctx, outboxHandled, now.Add(-time.Minute)); err != nil {
 		return b, err

@@ -62,10 +62,13 @@ type Options struct {
 	//
 	// Queues is every queue and topic group (*queue.Admin).
 	Queues queueOps
-	// Outbox is the backend's bot outbox (*bot.Outbox).
+	// Outbox is the backend's bot outbox (*backend.Outbox).
 	Outbox outboxOps
-	// Onboarding is the onboarding bot (*bot.Onboarding): the funnel, user
-	// timelines and its outgoing Telegram calls; nil when the bot role is off.
+	// Funnel is the onboarding funnel's counts (*onboarding.Stats), read
+	// from the database in any process.
+	Funnel funnelOps
+	// Onboarding is the onboarding bot (*onboarding.Bot): the funnel, user
+	// timelines and its DMs; nil when the bot role is off.
 	Onboarding onboardingOps
 	// Referral is the referral context (*referral.Service).
 	Referral referralOps
