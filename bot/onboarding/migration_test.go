@@ -10,7 +10,6 @@ import (
 
 	"github.com/mymmrac/telego"
 
-	"switchyard/queue"
 	"switchyard/store"
 )
 
@@ -82,7 +81,7 @@ func TestMigrationCarriesOutgoingIntoTheQueue(t *testing.T) {
 		t.Fatal("bot_outgoing is still there")
 	}
 	b := e.newBot(db)
-	st := dmStats(t, b)
+	st := dmQueueOn(t, db)
 	if live := st.Ready + st.InFlight + st.Delayed + st.Held; live != 3 || st.Dead != 1 {
 		t.Fatalf("onboarding.dm after the migration: %+v; want 3 live messages and 1 dead letter", st)
 	}
@@ -134,22 +133,7 @@ func TestMigrationCarriesOutgoingIntoTheQueue(t *testing.T) {
 	if strings.Join(order, ", ") != "first to 9001, second to 9001" {
 		t.Fatalf("chat 9001 got %v: the chat's order is lost", order)
 	}
-	if st := dmStats(t, b); st.Dead != 1 {
+	if st := dmQueueOn(t, db); st.Dead != 1 {
 		t.Fatalf("onboarding.dm dead letters %d, want the one carried over", st.Dead)
 	}
-}
-
-// dmStats is DMQueue's statistics on b's database, as the Queues page reads them.
-func dmStats(t *testing.T, b *Bot) queue.QueueStats {
-	t.Helper()
-	st, err := b.queues.Stats(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range st.Queues {
-		if q.Name == DMQueue {
-			return q
-		}
-	}
-	return queue.QueueStats{Name: DMQueue}
 }

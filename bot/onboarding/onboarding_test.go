@@ -265,11 +265,14 @@ func (e *onbEnv) unprocessed() int {
 }
 
 // dmQueue is DMQueue's statistics, as the Queues page reads them.
-func (e *onbEnv) dmQueue() queue.QueueStats {
-	e.t.Helper()
-	st, err := queue.NewAdmin(queue.AdminOpts{DB: e.db}).Stats(context.Background())
+func (e *onbEnv) dmQueue() queue.QueueStats { return dmQueueOn(e.t, e.db) }
+
+// dmQueueOn is DMQueue's statistics on db.
+func dmQueueOn(t testing.TB, db *store.DB) queue.QueueStats {
+	t.Helper()
+	st, err := queue.NewAdmin(queue.AdminOpts{DB: db}).Stats(context.Background())
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	for _, q := range st.Queues {
 		if q.Name == DMQueue {
