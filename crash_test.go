@@ -222,11 +222,16 @@ func (v *verifier) drained(acc *accepted) bool {
 			return false
 		}
 	}
-	for _, state := range []string{"pending", "sending"} {
-		var out struct{ Messages []json.RawMessage }
-		v.get("/admin/api/bot/outgoing?status="+state, &out)
-		if len(out.Messages) > 0 {
-			v.lastWhy = fmt.Sprintf("%d outgoing DMs %s", len(out.Messages), state)
+	// The DMs are messages of onboarding.dm (checked with every queue above);
+	// the bot's own view of them must agree.
+	for _, state := range []string{"pending", "retrying", "sending"} {
+		var out struct{ DMs []json.RawMessage }
+		if code := v.get("/admin/api/bot/dms?status="+state, &out); code != http.StatusOK {
+			v.lastWhy = fmt.Sprintf("GET /admin/api/bot/dms?status=%s: %d", state, code)
+			return false
+		}
+		if len(out.DMs) > 0 {
+			v.lastWhy = fmt.Sprintf("%d outgoing DMs %s", len(out.DMs), state)
 			return false
 		}
 	}

@@ -7,12 +7,14 @@ import (
 	"net/http"
 
 	"switchyard/authlimit"
-	"switchyard/bot"
+	"switchyard/bot/backend"
+	"switchyard/bot/onboarding"
 	"switchyard/omni"
 	"switchyard/queue"
 	"switchyard/referral"
 	"switchyard/store"
 	"switchyard/telegram"
+	tgsandbox "switchyard/telegram/sandbox"
 	"switchyard/web"
 )
 
@@ -84,7 +86,7 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	backend, onboarding, botPart, err := wireBot(w, sb)
+	be, ob, botPart, err := wireBot(w, sb)
 	if err != nil {
 		return nil, err
 	}
@@ -98,12 +100,16 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	// The console's domain objects; a page whose object is unset says its
 	// subsystem is not wired in this process.
 	wo := consoleOptions(w)
-	wo.Queues, wo.Outbox, wo.Referral, wo.Chat = queues, backend.Outbox(), ref, chat
-	if onboarding != nil {
-		wo.Onboarding = onboarding
+	wo.Queues, wo.Outbox, wo.Referral, wo.Chat = queues, be.Outbox(), ref, chat
+	// The funnel's counts are read from the database in any process.
+	wo.Funnel = onboarding.NewStats(w.db)
+	if ob != nil {
+		wo.Onboarding = ob
 	}
 	if sb != nil {
-		wo.Sandbox = &web.Sandbox{Server: sb.server, OnboardingToken: sb.onboardingToken, ChatToken: sb.omniToken}
+		sbx := tgsandbox.New(tgsandbox.Opts{Server: sb.server, OnboardingToken: sb.onboardingToken, ChatToken: sb.omniToken})
+		wo.Admin = append(wo.Admin, sbx.AdminRoutes)
+		wo.Sandbox = sbx
 	}
 	if dw != nil {
 		wo.Demo = demoSwitch{ctl: dw.Controller(), log: log.With(slog.String("subsystem", "demo"))}
@@ -172,10 +178,10 @@ func wireSandbox(ctx context.Context, w wiring) (*sandbox, part, error) {
 // wireBot wires the bot outbox: the backend's contract (wireBackend), and
 // the onboarding bot that polls it (wireOnboarding; nil unless this process
 // runs the bot role).
-func wireBot(w wiring, sb *sandbox) (*bot.Backend, *bot.Onboarding, part, error) {
-	backend, bp := wireBackend(w)
+func wireBot(w wiring, sb *sandbox) (*backend.Service, *onboarding.Bot, part, error) {
+	be, bp := wireBackend(w)
 	if !w.cfg.has("bot") {
-		return backend, nil, bp, nil
+		return be, nil, bp, nil
 	}
 	ob, op, err := wireOnboarding(w, sb)
 	if err != nil {
@@ -184,35 +190,35 @@ func wireBot(w wiring, sb *sandbox) (*bot.Backend, *bot.Onboarding, part, error)
 	bp.public = append(bp.public, op.public...)
 	bp.admin = append(bp.admin, op.admin...)
 	bp.workers = append(bp.workers, op.workers...)
-	return backend, ob, bp, nil
+	return be, ob, bp, nil
 }
 
 // wireBackend wires the bot backend. Operators can always act on its
 // domain; the /bot/* contract is served by processes that run the backend
 // role.
-func wireBackend(w wiring) (*bot.Backend, part) {
+func wireBackend(w wiring) (*backend.Service, part) {
 	username := w.cfg.BotUsername
 	if username == "" && w.cfg.BotTelegramToken == "" {
 		username = fmt.Sprintf("fake%d_bot", sandboxOnboardingBotID)
 	}
-	backend := bot.NewBackend(bot.BackendOpts{
+	be := backend.New(backend.Opts{
 		DB:          w.db,
 		Secret:      w.sec.BotToBackend,
 		AuthLimiter: w.authLimit,
 		Logger:      w.log.With(slog.String("subsystem", "bot-backend")),
 		BotUsername: username,
 	})
-	p := part{admin: []web.RoutesFunc{backend.AdminRoutes}}
+	p := part{admin: []web.RoutesFunc{be.AdminRoutes}}
 	if w.cfg.has("backend") {
-		p.public = append(p.public, backend.Routes)
-		p.onShutdown = append(p.onShutdown, backend.Shutdown)
+		p.public = append(p.public, be.Routes)
+		p.onShutdown = append(p.onShutdown, be.Shutdown)
 	}
-	return backend, p
+	return be, p
 }
 
 // wireOnboarding wires the onboarding bot: on the sandbox when it has no
 // token, calling the backend at --backend-url (default this process).
-func wireOnboarding(w wiring, sb *sandbox) (*bot.Onboarding, part, error) {
+func wireOnboarding(w wiring, sb *sandbox) (*onboarding.Bot, part, error) {
 	token, api := w.cfg.BotTelegramToken, w.cfg.TelegramAPIURL
 	if sb != nil && sb.onboardingToken != "" {
 		token, api = sb.onboardingToken, w.u.self+sandboxPath
@@ -221,7 +227,7 @@ func wireOnboarding(w wiring, sb *sandbox) (*bot.Onboarding, part, error) {
 	if backendURL == "" {
 		backendURL = w.u.self
 	}
-	ob, err := bot.NewOnboarding(bot.OnboardingOpts{
+	ob, err := onboarding.New(onboarding.Opts{
 		DB:             w.db,
 		Logger:         w.log.With(slog.String("subsystem", "onboarding-bot")),
 		BackendURL:     backendURL,

@@ -8,7 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"switchyard/bot"
+	"switchyard/bot/backend"
+	"switchyard/bot/contract"
+	"switchyard/bot/onboarding"
 )
 
 // outboxGen emits events through the admin API (standing in for backend
@@ -19,10 +21,10 @@ type outboxGen struct {
 	runID   int64
 	users   int64
 	consume bool
-	backend *bot.BackendClient
+	backend *onboarding.BackendClient
 
 	mu      sync.Mutex
-	emitted map[bot.EventID]time.Time // accepted, not yet acknowledged by the consumer
+	emitted map[contract.EventID]time.Time // accepted, not yet acknowledged by the consumer
 }
 
 // OutboxTelegramID is the Telegram id of load-test user i.
@@ -31,8 +33,8 @@ func OutboxTelegramID(i int64) string { return strconv.FormatInt(7_100_000_000+i
 func newOutboxGen(api *client, opts Opts) *outboxGen {
 	return &outboxGen{
 		api: api, runID: opts.RunID, users: int64(opts.OutboxUsers), consume: opts.Consume,
-		backend: bot.NewBackendClient(opts.BaseURL, opts.BotSecret, opts.Client),
-		emitted: map[bot.EventID]time.Time{},
+		backend: onboarding.NewBackendClient(opts.BaseURL, opts.BotSecret, opts.Client),
+		emitted: map[contract.EventID]time.Time{},
 	}
 }
 
@@ -41,9 +43,9 @@ func (g *outboxGen) prepare(context.Context) error { return nil }
 func (g *outboxGen) send(ctx context.Context, n int64) (Item, error) {
 	tg := OutboxTelegramID(n % g.users)
 	payload, _ := json.Marshal(map[string]int64{"loadtestRun": g.runID, "n": n})
-	var out bot.EmitResponse
-	err := g.api.adminDo(ctx, http.MethodPost, "/admin/api/bot/events", bot.EmitRequest{
-		EventType: bot.EventReactivation, TelegramID: bot.TelegramID(tg), Payload: payload,
+	var out backend.EmitResponse
+	err := g.api.adminDo(ctx, http.MethodPost, "/admin/api/bot/events", backend.EmitRequest{
+		EventType: contract.EventReactivation, TelegramID: contract.TelegramID(tg), Payload: payload,
 	}, &out)
 	if err != nil {
 		return Item{}, err
@@ -64,7 +66,7 @@ func (g *outboxGen) background(ctx context.Context, rec *recorder) {
 		return
 	}
 	for ctx.Err() == nil {
-		events, err := g.backend.Pending(ctx, bot.BOT_OUTBOX_MAX_PENDING_LIMIT, 2*time.Second)
+		events, err := g.backend.Pending(ctx, contract.BOT_OUTBOX_MAX_PENDING_LIMIT, 2*time.Second)
 		if err != nil {
 			sleep(ctx, 100*time.Millisecond)
 			continue
@@ -72,11 +74,11 @@ func (g *outboxGen) background(ctx context.Context, rec *recorder) {
 		if len(events) == 0 {
 			continue
 		}
-		ids := make([]bot.EventID, 0, len(events))
+		ids := make([]contract.EventID, 0, len(events))
 		for _, e := range events {
 			ids = append(ids, e.ID)
 		}
-		if _, err := g.backend.Ack(ctx, bot.AckRequest{ProcessedIDs: ids, RetryIDs: []bot.EventID{}}); err != nil {
+		if _, err := g.backend.Ack(ctx, contract.AckRequest{ProcessedIDs: ids, RetryIDs: []contract.EventID{}}); err != nil {
 			continue
 		}
 		now := time.Now()

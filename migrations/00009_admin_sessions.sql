@@ -1,5 +1,5 @@
 -- +goose Up
--- admin_sessions: the console's sessions (web/auth.go). The cookie carries a
+-- admin_sessions: the console's sessions (adminsession/). The cookie carries a
 -- random 32-byte id; only its SHA-256 (hex) is kept here, so a copy of the
 -- database opens no session. token_fp is a fingerprint of the admin token
 -- the session was issued under: a session is valid only under that token,

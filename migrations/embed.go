@@ -11,8 +11,10 @@
 //	00006 referral
 //	00007 omni
 //	00008 indexes the console's live counts use
-//	00009 web: the console's sessions
+//	00009 adminsession: the console's sessions
 //	00010 omni: the reason an inbound event was ignored
+//	00011 bot: the onboarding bot's calls move to the queue onboarding.dm
+//	00012 bot: indexes of the outbox's operator filters
 package migrations
 
 import "embed"

@@ -86,11 +86,16 @@ type ThreadFilter struct {
 	Limit int
 }
 
-const listThreadsQuery = `
-	select t.id, t.channel, t.business_connection_id, t.bot_id, t.chat_id, t.state, t.unread, t.last_message_at,
+const (
+	// threadColumns are a thread's with its contact's, as scanThread reads them.
+	threadColumns = `
+		t.id, t.channel, t.business_connection_id, t.bot_id, t.chat_id, t.state, t.unread, t.last_message_at,
 		c.id, c.provider, c.provider_user_id, c.business_connection_id, c.name, c.username, c.reachable,
-		coalesce(c.unreachable_reason, '')
-	from omni_threads t join omni_contacts c on c.id = t.contact_id
+		coalesce(c.unreachable_reason, '')`
+	threadFrom = ` from omni_threads t join omni_contacts c on c.id = t.contact_id`
+)
+
+const listThreadsQuery = `select ` + threadColumns + threadFrom + `
 	where (? = '' or t.state = ?)
 	order by t.last_message_at desc, t.id desc
 	limit ?`
@@ -108,20 +113,29 @@ func (a *Admin) ListThreads(ctx context.Context, f ThreadFilter) ([]Thread, erro
 	defer rows.Close()
 	threads := []Thread{}
 	for rows.Next() {
-		var (
-			t         Thread
-			last      store.Timestamp
-			reachable int
-		)
-		if err := rows.Scan(&t.ID, &t.Channel, &t.BusinessConnectionID, &t.BotID, &t.ChatID, &t.State, &t.Unread, &last,
-			&t.Contact.ID, &t.Contact.Provider, &t.Contact.ProviderUserID, &t.Contact.BusinessConnectionID,
-			&t.Contact.Name, &t.Contact.Username, &reachable, &t.Contact.UnreachableReason); err != nil {
+		t, err := scanThread(rows)
+		if err != nil {
 			return nil, fmt.Errorf("list threads: %w", err)
 		}
-		t.LastMessageAt, t.Contact.Reachable = last.Ptr(), reachable == 1
 		threads = append(threads, t)
 	}
 	return threads, rows.Err()
+}
+
+// scanThread reads a thread with its contact, in listThreadsQuery's columns.
+func scanThread(s scanner) (Thread, error) {
+	var (
+		t         Thread
+		last      store.Timestamp
+		reachable int
+	)
+	if err := s.Scan(&t.ID, &t.Channel, &t.BusinessConnectionID, &t.BotID, &t.ChatID, &t.State, &t.Unread, &last,
+		&t.Contact.ID, &t.Contact.Provider, &t.Contact.ProviderUserID, &t.Contact.BusinessConnectionID,
+		&t.Contact.Name, &t.Contact.Username, &reachable, &t.Contact.UnreachableReason); err != nil {
+		return Thread{}, err
+	}
+	t.LastMessageAt, t.Contact.Reachable = last.Ptr(), reachable == 1
+	return t, nil
 }
 
 // MessageFilter narrows ListMessages.

@@ -102,16 +102,3 @@ func failureReason(f telegram.Failure) string {
 	}
 	return string(f.Class)
 }
-
-// backoffDelay is the wait after the attempt-th transient failure: minimum
-// doubled per attempt, capped at maximum, spread by jitter in [0.75, 1.25)
-// (r is a random number in [0, 1)) so failures that came together do not
-// return together.
-func backoffDelay(attempt int, minimum, maximum time.Duration, r float64) time.Duration {
-	d := minimum
-	for i := 1; i < attempt && d < maximum; i++ {
-		d *= 2
-	}
-	d = min(d, maximum)
-	return time.Duration(float64(d) * (0.75 + 0.5*r))
-}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -302,7 +301,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 
 	f := telegram.Classify(err)
 	d := decideFailure(f, attempts, o.opts.MaxAttempts,
-		backoffDelay(attempts, o.opts.MinBackoff, o.opts.MaxBackoff, rand.Float64()))
+		queue.RetryPolicy{MinBackoff: o.opts.MinBackoff, MaxBackoff: o.opts.MaxBackoff}.Backoff(attempts))
 	now = o.db.Now()
 	switch d.Action {
 	case actionRetryAfter:

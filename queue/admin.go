@@ -357,6 +357,8 @@ type MessageFilter struct {
 	Queue string
 	// State selects one state; empty means every state.
 	State MessageState
+	// OrderKey, when set, keeps the messages of that order key.
+	OrderKey string
 	// Limit caps the messages returned (default 100, at most 1000).
 	Limit int
 }
@@ -386,6 +388,7 @@ const listMessagesQuery = `
 	left join queue_order o on o.message_id = g.id
 	where g.queue in (?, ?) and (? or (g.timeout <> ? and g.timeout <= ?)) and (? or (g.timeout <> ? and g.timeout > ? and (g.received = 0 or r.attempt = g.received)))
 		and (? or g.timeout = ?) and (? or (g.timeout <> ? and g.timeout > ? and g.received > 0 and (r.attempt is null or r.attempt <> g.received)))
+		and (? = '' or o.order_key = ?)
 	order by g.priority desc, g.created
 	limit ?`
 
@@ -407,6 +410,7 @@ func (a *Admin) ListMessages(ctx context.Context, f MessageFilter) ([]MessageInf
 		all || f.State != StateDelayed, parkedTimeout, now,
 		all || f.State != StateHeld, parkedTimeout,
 		all || f.State != StateInFlight, parkedTimeout, now,
+		f.OrderKey, f.OrderKey,
 		f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("queue: list %s: %w", f.Queue, err)
@@ -449,6 +453,9 @@ type DeadFilter struct {
 	Group string
 	// ID selects one dead letter; empty selects all.
 	ID string
+	// OrderKey, when set, selects the dead letters of that order key only
+	// (queue messages).
+	OrderKey string
 	// Limit caps the dead letters listed (default 100, at most 1000).
 	Limit int
 }
@@ -477,7 +484,7 @@ const listDeadQuery = `
 	select id, queue, grp, partition_id, log_offset, key, order_key, seq, priority, body, attempts, last_error,
 		created_at, first_failed_at, dead_at
 	from queue_dead
-	where queue = ? and grp = ? and (? = '' or id = ?)
+	where queue = ? and grp = ? and (? = '' or id = ?) and (? = '' or order_key = ?)
 	order by dead_at, id
 	limit ?`
 
@@ -513,7 +520,7 @@ func (a *Admin) ListDead(ctx context.Context, f DeadFilter) ([]DeadLetter, error
 		f.Limit = 100
 	}
 	f.Limit = min(f.Limit, 1000)
-	rows, err := a.db.Read.QueryContext(ctx, listDeadQuery, f.Queue, f.Group, f.ID, f.ID, f.Limit)
+	rows, err := a.db.Read.QueryContext(ctx, listDeadQuery, f.Queue, f.Group, f.ID, f.ID, f.OrderKey, f.OrderKey, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("queue: list dead letters of %s: %w", f.Queue, err)
 	}
@@ -568,7 +575,7 @@ func (a *Admin) redriveSome(ctx context.Context, f DeadFilter) (int, error) {
 	var n int
 	err := a.db.Tx(ctx, func(tx *sql.Tx) error {
 		n = 0
-		rows, err := tx.QueryContext(ctx, listDeadQuery, f.Queue, f.Group, f.ID, f.ID, redriveBatch)
+		rows, err := tx.QueryContext(ctx, listDeadQuery, f.Queue, f.Group, f.ID, f.ID, f.OrderKey, f.OrderKey, redriveBatch)
 		if err != nil {
 			return err
 		}
@@ -659,8 +666,8 @@ func (a *Admin) PurgeDead(ctx context.Context, f DeadFilter) (int, error) {
 	var n int64
 	err := a.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		n, err = affected(tx.ExecContext(ctx, `delete from queue_dead where queue = ? and grp = ? and (? = '' or id = ?)`,
-			f.Queue, f.Group, f.ID, f.ID))
+		n, err = affected(tx.ExecContext(ctx, `delete from queue_dead where queue = ? and grp = ? and (? = '' or id = ?) and (? = '' or order_key = ?)`,
+			f.Queue, f.Group, f.ID, f.ID, f.OrderKey, f.OrderKey))
 		return err
 	})
 	if err != nil {

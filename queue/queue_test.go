@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"switchyard/queue"
 	"switchyard/store"
@@ -795,5 +797,46 @@ func TestRetryTiming(t *testing.T) {
 				t.Errorf("retry %d after a RetryAfter(%s) came %s later: the wake-up was missed", i+1, d, gap)
 			}
 		}
+	})
+}
+
+// The queue package keeps per-database state (wake-up signals, declared
+// names, prepared statements) on the database itself: once a database is
+// closed and dropped, nothing in the package keeps it alive.
+func TestClosedDatabaseIsReleased(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/released.db"
+	use := func() weak.Pointer[store.DB] {
+		ctx := context.Background()
+		db, err := store.Open(ctx, store.Options{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		q := queue.New(queue.NewOpts{DB: db, Name: "released"})
+		done := make(chan struct{})
+		w := q.Start(ctx, queue.WorkerOpts{Handler: func(context.Context, queue.Message) error { close(done); return nil }})
+		if _, err := q.Send(ctx, queue.Message{Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second * waitSlack):
+			t.Fatal("the message was not handled")
+		}
+		if err := w.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return weak.Make(db)
+	}
+	wp := use()
+	eventually(t, 10*time.Second, "the closed database to be collected", func() bool {
+		runtime.GC()
+		return wp.Value() == nil
 	})
 }

@@ -9,9 +9,12 @@ import (
 )
 
 // hub is the in-process side of one database: the wake-up signals of its
-// queues and topics, and the names declared in this process. Senders and
-// publishers wake the workers of the same process at once; other processes on
-// the same file find the work by polling.
+// queues and topics, the names declared in this process and the prepared
+// statements. Senders and publishers wake the workers of the same process at
+// once; other processes on the same file find the work by polling.
+//
+// The database keeps its hub (store.DB.Ext), so a hub lives as long as its
+// database: closing the database closes the hub's statements and drops it.
 type hub struct {
 	mu       sync.Mutex
 	signals  map[string]*signal
@@ -19,15 +22,15 @@ type hub struct {
 	stmts    stmtCache
 }
 
-var hubs sync.Map // *store.DB → *hub
+// hubKey is the key of the queue package's hub among a database's Ext values.
+type hubKey struct{}
 
-func hubFor(db *store.DB) *hub {
-	if h, ok := hubs.Load(db); ok {
-		return h.(*hub)
-	}
-	h, _ := hubs.LoadOrStore(db, &hub{signals: map[string]*signal{}, declared: map[string]bool{}})
-	return h.(*hub)
-}
+func newHub() any { return &hub{signals: map[string]*signal{}, declared: map[string]bool{}} }
+
+func hubFor(db *store.DB) *hub { return db.Ext(hubKey{}, newHub).(*hub) }
+
+// Close closes the hub's prepared statements; the database calls it as it closes.
+func (h *hub) Close() error { return h.stmts.close() }
 
 // signal returns the signal of the queue or topic with the given name
 // (queues and topics are told apart by a prefix).

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"sync"
 
 	"switchyard/store"
@@ -58,6 +59,23 @@ func readRow(ctx context.Context, db *store.DB, query string, args ...any) *sql.
 		return st.QueryRowContext(ctx, args...)
 	}
 	return db.Read.QueryRowContext(ctx, query, args...)
+}
+
+// close closes every statement of the cache; later calls find none and run
+// their queries unprepared.
+func (c *stmtCache) close() error {
+	c.mu.Lock()
+	prepared, reads := c.prepared, c.reads
+	c.prepared, c.reads = nil, nil
+	c.mu.Unlock()
+	var errs []error
+	for _, st := range prepared {
+		errs = append(errs, st.Close())
+	}
+	for _, st := range reads {
+		errs = append(errs, st.Close())
+	}
+	return errors.Join(errs...)
 }
 
 func (c *stmtCache) get(query string) *sql.Stmt {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -125,6 +126,62 @@ func (s *Service) Replica(ctx context.Context, id UserID) (Replica, error) {
 		return Replica{}, ErrReplicaNotFound
 	}
 	return *r, nil
+}
+
+// ReplicaFilter selects replicas.
+type ReplicaFilter struct {
+	Limit int // default 100, at most 1000
+}
+
+const listReplicasQuery = `select ` + replicaColumns + ` from referral_users order by updated_at desc, id limit ?`
+
+// ListReplicas returns the replicas changed last first.
+func (s *Service) ListReplicas(ctx context.Context, f ReplicaFilter) ([]Replica, error) {
+	rows, err := s.db.Read.QueryContext(ctx, listReplicasQuery, limit(f.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list replicas: %w", err)
+	}
+	defer rows.Close()
+	replicas := []Replica{}
+	for rows.Next() {
+		r, err := scanReplica(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list replicas: %w", err)
+		}
+		replicas = append(replicas, *r)
+	}
+	return replicas, rows.Err()
+}
+
+// CountBonds counts every bond made.
+func (s *Service) CountBonds(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.Read.QueryRowContext(ctx, `select count(*) from referral_bonds`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count bonds: %w", err)
+	}
+	return n, nil
+}
+
+// The identity events consumed per minute, by their marks: one
+// referral_processed_messages row per message consumed, whose id grows with
+// processed_at (the one writer stamps each mark with the store's clock as it
+// inserts it), so a count searches the ids instead of scanning. A bond
+// commits with its message's mark, whose outcome is R1.
+var (
+	consumedMarks = store.Stamped{Table: "referral_processed_messages", Column: "processed_at", ByID: true}
+	bondMarks     = store.Stamped{Table: "referral_processed_messages", Column: "processed_at",
+		Where: "outcome = ?", Args: []any{string(OutcomeR1)}, ByID: true}
+)
+
+// ConsumedBetween counts the identity events consumed in [from, to); a zero
+// to has no end.
+func (s *Service) ConsumedBetween(ctx context.Context, from, to time.Time) (int64, error) {
+	return consumedMarks.CountBetween(ctx, s.db, from, to)
+}
+
+// BondsBetween counts the bonds created in [from, to); a zero to has no end.
+func (s *Service) BondsBetween(ctx context.Context, from, to time.Time) (int64, error) {
+	return bondMarks.CountBetween(ctx, s.db, from, to)
 }
 
 // BondFilter selects bonds; zero fields do not filter.

@@ -56,6 +56,25 @@ func (db *DB) Migrate(ctx context.Context) ([]int64, error) {
 	return applied, nil
 }
 
+// MigrateTo applies the pending migrations up to version, included, and
+// returns the versions applied: a database as a binary of that version left
+// it, for a test of the migrations after it.
+func (db *DB) MigrateTo(ctx context.Context, version int64) ([]int64, error) {
+	p, err := db.migrator()
+	if err != nil {
+		return nil, fmt.Errorf("store: migrations: %w", err)
+	}
+	results, err := p.UpTo(ctx, version)
+	if err != nil {
+		return nil, fmt.Errorf("store: migrate to %d: %w", version, err)
+	}
+	applied := make([]int64, 0, len(results))
+	for _, r := range results {
+		applied = append(applied, r.Source.Version)
+	}
+	return applied, nil
+}
+
 // MigrationStatus reads the applied and latest versions.
 func (db *DB) MigrationStatus(ctx context.Context) (MigrationStatus, error) {
 	p, err := db.migrator()

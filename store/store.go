@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -77,6 +78,7 @@ type DB struct {
 	batcher *batcher
 	corrupt atomic.Pointer[error] // the first corruption any statement met
 	ready   readiness
+	ext     sync.Map // Ext's values, by their owners' keys
 }
 
 // Open opens (creating if needed) the SQLite file at opts.Path with WAL,
@@ -173,11 +175,12 @@ func dsn(path, txlock string, pragmas []string) string {
 // Path returns the database file's path.
 func (db *DB) Path() string { return db.path }
 
-// Close stops the committer, then closes both pools. Transactions already
-// queued are committed first.
+// Close stops the committer, drops the values kept by Ext (closing those
+// that are io.Closers), then closes both pools. Transactions already queued
+// are committed first.
 func (db *DB) Close() error {
 	db.batcher.close()
-	return errors.Join(db.Read.Close(), db.Write.Close())
+	return errors.Join(db.closeExt(), db.Read.Close(), db.Write.Close())
 }
 
 // Now is shorthand for db.Clock.Now().UTC().

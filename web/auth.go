@@ -2,29 +2,21 @@ package web
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"database/sql"
 	"encoding/base64"
-	"encoding/hex"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"switchyard/adminsession"
 	"switchyard/authlimit"
 	"switchyard/httpjson"
-	"switchyard/store"
 )
 
-const (
-	sessionCookie = "switchyard_session"
-	sessionTTL    = 12 * time.Hour
-	// sessionIDBytes is the size of a session's random id.
-	sessionIDBytes = 32
-)
+// sessionCookie is the cookie that carries a console session's id.
+const sessionCookie = "switchyard_session"
 
 // The authentication surfaces of this package, as authlimit logs them.
 const (
@@ -33,25 +25,35 @@ const (
 )
 
 // auth checks the admin credentials: a Bearer token for the API, a session
-// cookie for the console. A session is a row of admin_sessions (migration
-// 00009, owned here): the cookie carries a random 32-byte id and the row
-// only its SHA-256, with its expiry and a fingerprint of the admin token it
-// was issued under. Logging out deletes the row; changing the token ends
-// every session, because a row counts only under the token it names.
+// cookie for the console. The sessions are kept by their owner (an
+// adminsession.Store, through sessionStore): the cookie carries the
+// session's random id, base64url-encoded.
 //
 // Every presented token goes through the shared authlimit.Limiter; a
 // session cookie does not (a 256-bit random id is not guessable).
 type auth struct {
-	db        *store.DB
+	sessions  sessionStore
 	tokenHash [32]byte
-	tokenFP   string
 	limiter   *authlimit.Limiter
 }
 
-func newAuth(db *store.DB, token string, limiter *authlimit.Limiter) *auth {
+// sessionStore is what auth needs of the console's sessions
+// (*adminsession.Store): a session is valid only under the admin token the
+// store was made with.
+type sessionStore interface {
+	// Start begins a session and returns its random id.
+	Start(ctx context.Context) ([]byte, error)
+	// Valid reports whether id names a live session.
+	Valid(ctx context.Context, id []byte) (bool, error)
+	// End revokes the session id names.
+	End(ctx context.Context, id []byte) error
+	// TTL is how long a session lasts from its start.
+	TTL() time.Duration
+}
+
+func newAuth(sessions sessionStore, token string, limiter *authlimit.Limiter) *auth {
 	limiter.Declare(surfaceLogin, surfaceAdminAPI)
-	fp := sha256.Sum256([]byte("switchyard admin session token\x00" + token))
-	return &auth{db: db, tokenHash: sha256.Sum256([]byte(token)), tokenFP: hex.EncodeToString(fp[:]), limiter: limiter}
+	return &auth{sessions: sessions, tokenHash: sha256.Sum256([]byte(token)), limiter: limiter}
 }
 
 // tokenOK compares in constant time. Hashing first makes both sides the same
@@ -80,12 +82,6 @@ func BearerToken(r *http.Request) (string, bool) {
 	return strings.TrimSpace(h[len(prefix):]), true
 }
 
-// sessionKey is how a session id is kept: the hex of its SHA-256.
-func sessionKey(id []byte) string {
-	h := sha256.Sum256(id)
-	return hex.EncodeToString(h[:])
-}
-
 // sessionID is the id in r's session cookie, if it has a well-formed one.
 func sessionID(r *http.Request) ([]byte, bool) {
 	c, err := r.Cookie(sessionCookie)
@@ -93,43 +89,23 @@ func sessionID(r *http.Request) ([]byte, bool) {
 		return nil, false
 	}
 	id, err := base64.RawURLEncoding.DecodeString(c.Value)
-	if err != nil || len(id) != sessionIDBytes {
+	if err != nil || len(id) != adminsession.IDBytes {
 		return nil, false
 	}
 	return id, true
 }
 
-const (
-	// pruneSessionsQuery deletes what can never open the console again.
-	pruneSessionsQuery = `delete from admin_sessions where expires_at <= ? or token_fp <> ?`
-	insertSessionQuery = `insert into admin_sessions (id_hash, token_fp, created_at, expires_at) values (?, ?, ?, ?)`
-	sessionValidQuery  = `select count(*) from admin_sessions where id_hash = ? and token_fp = ? and expires_at > ?`
-	deleteSessionQuery = `delete from admin_sessions where id_hash = ?`
-)
-
-// newSession starts a session and sets its cookie. Expired sessions and
-// those of an old token are pruned in the same transaction.
+// newSession starts a session and sets its cookie.
 func (a *auth) newSession(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
-	id := make([]byte, sessionIDBytes)
-	if _, err := rand.Read(id); err != nil {
-		return fmt.Errorf("session id: %w", err)
-	}
-	now := a.db.Now()
-	err := a.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, pruneSessionsQuery, store.TS(now), a.tokenFP); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, insertSessionQuery, sessionKey(id), a.tokenFP, store.TS(now), store.TS(now.Add(sessionTTL)))
-		return err
-	})
+	id, err := a.sessions.Start(ctx)
 	if err != nil {
-		return fmt.Errorf("store the session: %w", err)
+		return err
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name:     sessionCookie,
 		Value:    base64.RawURLEncoding.EncodeToString(id),
 		Path:     "/admin",
-		MaxAge:   int(sessionTTL.Seconds()),
+		MaxAge:   int(a.sessions.TTL().Seconds()),
 		HttpOnly: true,
 		Secure:   isHTTPS(r),
 		SameSite: http.SameSiteStrictMode,
@@ -140,12 +116,8 @@ func (a *auth) newSession(ctx context.Context, w http.ResponseWriter, r *http.Re
 // endSession revokes r's session, if it has one, and clears the cookie.
 func (a *auth) endSession(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
 	if id, ok := sessionID(r); ok {
-		err := a.db.Tx(ctx, func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, deleteSessionQuery, sessionKey(id))
+		if err := a.sessions.End(ctx, id); err != nil {
 			return err
-		})
-		if err != nil {
-			return fmt.Errorf("revoke the session: %w", err)
 		}
 	}
 	http.SetCookie(w, &http.Cookie{
@@ -162,12 +134,7 @@ func (a *auth) sessionOK(r *http.Request) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	var n int
-	err := a.db.Read.QueryRowContext(r.Context(), sessionValidQuery, sessionKey(id), a.tokenFP, store.TS(a.db.Now())).Scan(&n)
-	if err != nil {
-		return false, fmt.Errorf("read the session: %w", err)
-	}
-	return n == 1, nil
+	return a.sessions.Valid(r.Context(), id)
 }
 
 func isHTTPS(r *http.Request) bool {

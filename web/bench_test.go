@@ -11,8 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/bot"
+	"switchyard/bot/backend"
+	"switchyard/bot/contract"
+	"switchyard/omni"
+	"switchyard/omni/omnitest"
 	"switchyard/queue"
+	"switchyard/referral"
+	"switchyard/referral/referraltest"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web"
@@ -31,8 +36,12 @@ func BenchmarkOverviewPoll(b *testing.B) {
 		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
 			db := storetest.NewWith(b, store.Options{Synchronous: store.SyncNormal})
 			seedThroughput(b, db, rows)
-			h := web.New(web.Options{DB: db, AdminToken: adminToken, Outbox: bot.NewOutbox(bot.OutboxOpts{DB: db}),
-				Queues: queue.NewAdmin(queue.AdminOpts{DB: db})})
+			ref, err := referral.New(context.Background(), referral.Opts{DB: db})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := web.New(web.Options{DB: db, AdminToken: adminToken, Outbox: backend.NewOutbox(backend.OutboxOpts{DB: db}),
+				Queues: queue.NewAdmin(queue.AdminOpts{DB: db}), Referral: ref, Chat: omni.NewAdmin(omni.AdminOpts{DB: db})})
 			cookie := sessionCookie(b, h)
 			b.ResetTimer()
 			for b.Loop() {
@@ -71,18 +80,19 @@ func sessionCookie(b *testing.B, h http.Handler) *http.Cookie {
 }
 
 // seedThroughput writes n handled outbox events (through the outbox), n
-// consumed identity events and n chat messages over the last 30 minutes.
+// consumed identity events and n chat messages over the last 30 minutes
+// (through the owners' test kits).
 func seedThroughput(b *testing.B, db *store.DB, n int) {
 	b.Helper()
 	if n == 0 {
 		return
 	}
 	ctx := context.Background()
-	ob := bot.NewOutbox(bot.OutboxOpts{DB: db})
-	ids := make([]bot.EventID, 0, n)
+	ob := backend.NewOutbox(backend.OutboxOpts{DB: db})
+	ids := make([]contract.EventID, 0, n)
 	err := db.Tx(ctx, func(tx *sql.Tx) error {
 		for i := range n {
-			id, err := ob.EmitTx(ctx, tx, bot.NewEvent{Type: bot.EventWalletConnected, Target: bot.Target{TelegramID: bot.TelegramID(fmt.Sprint(1000 + i%500))}})
+			id, err := ob.EmitTx(ctx, tx, backend.NewEvent{Type: contract.EventWalletConnected, Target: backend.Target{TelegramID: contract.TelegramID(fmt.Sprint(1000 + i%500))}})
 			if err != nil {
 				return err
 			}
@@ -95,36 +105,19 @@ func seedThroughput(b *testing.B, db *store.DB, n int) {
 	}
 	for len(ids) > 0 {
 		k := min(len(ids), 10_000)
-		if _, err := ob.Ack(ctx, bot.AckRequest{ProcessedIDs: ids[:k]}); err != nil {
+		if _, err := ob.Ack(ctx, contract.AckRequest{ProcessedIDs: ids[:k]}); err != nil {
 			b.Fatal(err)
 		}
 		ids = ids[k:]
 	}
 	now := db.Now()
-	err = db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.Exec(`insert into omni_contacts (provider, provider_user_id, created_at, updated_at) values ('telegram', '1', ?, ?)`,
-			store.TS(now), store.TS(now)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(`insert into omni_threads (contact_id, channel, bot_id, chat_id, state, created_at, updated_at)
-			values (1, 'telegram_bot', '1', '1', 'open', ?, ?)`, store.TS(now), store.TS(now)); err != nil {
-			return err
-		}
-		for i := range n {
-			at := store.TS(now.Add(-time.Duration(i%1800) * time.Second))
-			if _, err := tx.Exec(`insert into referral_processed_messages (mark, user_id, outcome, processed_at) values (?, 'u', 'R1', ?)`,
-				fmt.Sprint("m", i), at); err != nil {
-				return err
-			}
-			dir := []string{"inbound", "outbound"}[i%2]
-			if _, err := tx.Exec(`insert into omni_messages (thread_id, seq, direction, origin, kind, text, status, created_at, updated_at)
-				values (1, ?, ?, 'provider', 'text', 'hi', 'received', ?, ?)`, i+1, dir, at, at); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
+	marks := make([]time.Time, n)
+	msgs := make([]omnitest.Message, n)
+	for i := range n {
+		at := now.Add(-time.Duration(i%1800) * time.Second)
+		marks[i] = at
+		msgs[i] = omnitest.Message{Direction: []omni.Direction{omni.DirectionInbound, omni.DirectionOutbound}[i%2], At: at}
 	}
+	referraltest.Marks(b, db, referral.OutcomeR1, marks...)
+	omnitest.Thread(b, db, msgs...)
 }

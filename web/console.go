@@ -43,7 +43,6 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	post("/bot/events/{id:[0-9]+}/redrive", s.botRedrive)
 	get("/bot/funnel", s.botFunnel)
 	get("/bot/users/{tg:[0-9]+}", s.botUser)
-	post("/bot/outgoing/{id:[0-9]+}/redrive", s.botOutgoingRedrive)
 
 	get("/referral", s.referralPage)
 	get("/referral/users", s.referralFindUser)

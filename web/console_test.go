@@ -220,7 +220,7 @@ func TestThreadComponent(t *testing.T) {
 
 func TestInboxComponent(t *testing.T) {
 	t.Parallel()
-	th := toThreadRow(omniThread(), threadDigest{LastText: "call me at +79991234567", LastDirection: "inbound", Failed: 2}, testNow)
+	th := toThreadRow(omniThread(), omni.ThreadDigest{LastText: "call me at +79991234567", LastDirection: "inbound", Failed: 2}, testNow)
 	doc := render(t, inboxPage(page{Title: "Chat"}, inboxModel{Wired: true, Threads: []threadRow{th}}))
 	row := byID(doc, "thread-9")
 	if !row.HasClass("unread") || !row.HasClass("bad-edge") || text(row.Find(`[data-testid="unread"]`)) != "3 unread" ||

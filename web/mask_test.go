@@ -7,7 +7,7 @@ import (
 
 	"github.com/mymmrac/telego"
 
-	"switchyard/bot"
+	"switchyard/bot/onboarding"
 	"switchyard/omni"
 	"switchyard/queue"
 	"switchyard/telegram/fakebot"
@@ -22,7 +22,7 @@ func TestConsoleMasksEveryPhoneSpelling(t *testing.T) {
 	digits := regexp.MustCompile(`\D`)
 	views := map[string]func(text string) string{
 		"the inbox preview": func(s string) string {
-			return toThreadRow(omniThread(), threadDigest{LastText: s, LastDirection: "inbound"}, testNow).LastText
+			return toThreadRow(omniThread(), omni.ThreadDigest{LastText: s, LastDirection: "inbound"}, testNow).LastText
 		},
 		"a thread's message and its failure": func(s string) string {
 			row := toMessageRow(omni.OmniMessage{Text: s, Status: omni.StatusFailed, FailureReason: "telegram 400: " + s}, testNow)
@@ -33,9 +33,7 @@ func TestConsoleMasksEveryPhoneSpelling(t *testing.T) {
 			return rows[0].LastError + " " + rows[0].Body
 		},
 		"an outgoing bot message and its error": func(s string) string {
-			o := bot.Outgoing{LastError: &s}
-			o.Params.Text = s
-			row := toOutgoingRow(o)
+			row := toOutgoingRow(onboarding.DM{Text: s, LastError: s, Status: onboarding.DMFailed})
 			return row.Text + " " + row.LastError
 		},
 		"a sandbox chat": func(s string) string {

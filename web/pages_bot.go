@@ -12,49 +12,54 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"switchyard/bot"
+	"switchyard/bot/backend"
+	"switchyard/bot/contract"
+	"switchyard/bot/onboarding"
 	"switchyard/mask"
 )
 
-// outboxOps is what the console needs of the bot outbox (*bot.Outbox).
+// outboxOps is what the console needs of the bot outbox (*backend.Outbox).
 type outboxOps interface {
-	ListEvents(ctx context.Context, f bot.EventFilter) ([]bot.EventRecord, error)
-	GetEvent(ctx context.Context, id bot.EventID) (bot.EventRecord, error)
-	Redrive(ctx context.Context, id bot.EventID) (bot.EventRecord, error)
+	ListEvents(ctx context.Context, f backend.EventFilter) ([]backend.EventRecord, error)
+	GetEvent(ctx context.Context, id contract.EventID) (backend.EventRecord, error)
+	Redrive(ctx context.Context, id contract.EventID) (backend.EventRecord, error)
+	CountUnfinished(ctx context.Context) (backend.Counts, error)
+	CountHandled(ctx context.Context, from, to time.Time) (int64, error)
 }
 
-// onboardingOps is what the console needs of the onboarding bot (*bot.Onboarding).
+// funnelOps is what the console needs of the funnel in any process
+// (*onboarding.Stats).
+type funnelOps interface {
+	CountByStage(ctx context.Context) (map[onboarding.Stage]int64, error)
+}
+
+// onboardingOps is what the console needs of the onboarding bot (*onboarding.Bot).
 type onboardingOps interface {
-	ListFunnels(ctx context.Context, f bot.FunnelFilter) ([]bot.Funnel, error)
-	GetFunnel(ctx context.Context, tg bot.TelegramID) (bot.Funnel, []bot.FunnelChange, error)
-	ListOutgoing(ctx context.Context, f bot.OutgoingFilter) ([]bot.Outgoing, error)
-	RedriveOutgoing(ctx context.Context, id int64) (bot.Outgoing, error)
+	ListFunnels(ctx context.Context, f onboarding.FunnelFilter) ([]onboarding.Funnel, error)
+	GetFunnel(ctx context.Context, tg contract.TelegramID) (onboarding.Funnel, []onboarding.FunnelChange, error)
+	ListDMs(ctx context.Context, f onboarding.DMFilter) ([]onboarding.DM, error)
 }
 
 // eventsPerPage is how many events the Bot outbox page lists at once.
 const eventsPerPage = 50
 
-// maxScanPages bounds how many pages of 500 events a filtered listing reads
-// looking for matches, so a rare filter costs at most 5,000 rows per request.
-const maxScanPages = 10
-
 // eventQuery is the Bot outbox page's filter, from its query string.
 type eventQuery struct {
-	State  bot.EventState
-	Type   bot.EventType
+	State  backend.EventState
+	Type   contract.EventType
 	User   string // "uid:5", "tg:123", or a bare number matching either
-	Before bot.EventID
+	Before contract.EventID
 }
 
 func parseEventQuery(r *http.Request) eventQuery {
 	q := r.URL.Query()
 	f := eventQuery{
-		State: bot.EventState(q.Get("state")),
-		Type:  bot.EventType(q.Get("type")),
+		State: backend.EventState(q.Get("state")),
+		Type:  contract.EventType(q.Get("type")),
 		User:  strings.TrimSpace(q.Get("user")),
 	}
 	switch f.State {
-	case bot.StatePending, bot.StateRetrying, bot.StateProcessed, bot.StateDead:
+	case backend.StatePending, backend.StateRetrying, backend.StateProcessed, backend.StateDead:
 	default:
 		f.State = ""
 	}
@@ -62,14 +67,12 @@ func parseEventQuery(r *http.Request) eventQuery {
 		f.Type = ""
 	}
 	if n, err := strconv.ParseInt(q.Get("before"), 10, 64); err == nil && n > 0 {
-		f.Before = bot.EventID(n)
+		f.Before = contract.EventID(n)
 	}
 	return f
 }
 
-func (f eventQuery) filtered() bool { return f.Type != "" || f.User != "" }
-
-func (f eventQuery) href(state bot.EventState, before bot.EventID) string {
+func (f eventQuery) href(state backend.EventState, before contract.EventID) string {
 	v := url.Values{}
 	if state != "" {
 		v.Set("state", string(state))
@@ -89,56 +92,51 @@ func (f eventQuery) href(state bot.EventState, before bot.EventID) string {
 	return "/admin/bot?" + v.Encode()
 }
 
-// matchUser reports whether an event is about the user a filter names.
-func matchUser(e bot.EventRecord, user string) bool {
-	if user == "" {
-		return true
+// eventFilter is the outbox's filter of q: a user is "uid:5", "tg:123", or
+// a bare number matching either. ok is false for a user no event can match.
+func (f eventQuery) eventFilter(limit int) (ef backend.EventFilter, ok bool) {
+	ef = backend.EventFilter{State: f.State, Type: f.Type, Limit: limit, BeforeID: f.Before}
+	if f.User == "" {
+		return ef, true
 	}
-	kind, id, ok := strings.Cut(user, ":")
-	if !ok {
-		kind, id = "", user
+	kind, id, found := strings.Cut(f.User, ":")
+	if !found {
+		kind, id = "", f.User
 	}
-	uidOK := e.MagnetUID != nil && strconv.FormatInt(int64(*e.MagnetUID), 10) == id
-	tgOK := e.TelegramID != nil && string(*e.TelegramID) == id
-	switch kind {
-	case "uid":
-		return uidOK
-	case "tg":
-		return tgOK
+	uid, uidErr := strconv.ParseInt(id, 10, 64)
+	tg, tgErr := contract.ParseTelegramID(id)
+	switch {
+	case kind == "uid" && uidErr == nil && uid > 0:
+		ef.MagnetUID = contract.UID(uid)
+	case kind == "tg" && tgErr == nil:
+		ef.TelegramID = tg
+	case kind == "" && uidErr == nil && uid > 0 && tgErr == nil:
+		ef.MagnetUID, ef.TelegramID = contract.UID(uid), tg
+	case kind == "" && tgErr == nil:
+		ef.TelegramID = tg
 	default:
-		return uidOK || tgOK
+		return ef, false
 	}
+	return ef, true
 }
 
-// scanEvents lists the events of a filter, newest first, from f.Before down.
-// Type and user are not filters of the outbox's list, so it reads pages until
-// it has a page of matches or has read maxScanPages; next is where the next
-// page starts, zero when there is none.
-func (s *Server) scanEvents(ctx context.Context, f eventQuery, want int) (events []bot.EventRecord, next bot.EventID, err error) {
-	before := f.Before
-	size := want
-	if f.filtered() {
-		size = bot.BOT_OUTBOX_MAX_PENDING_LIMIT
+// listEvents lists a page of the events of a filter, newest first, from
+// f.Before down; the outbox filters by state, type and user itself. next is
+// where the next page starts, zero when there is none.
+func (s *Server) listEvents(ctx context.Context, f eventQuery, want int) (events []backend.EventRecord, next contract.EventID, err error) {
+	ef, ok := f.eventFilter(want + 1)
+	if !ok {
+		return nil, 0, nil
 	}
-	for range maxScanPages {
-		page, err := s.opts.Outbox.ListEvents(ctx, bot.EventFilter{State: f.State, Limit: size, BeforeID: before})
-		if err != nil {
-			return nil, 0, err
-		}
-		for _, e := range page {
-			if (f.Type == "" || e.EventType == f.Type) && matchUser(e, f.User) {
-				events = append(events, e)
-				if len(events) == want {
-					return events, e.ID, nil
-				}
-			}
-		}
-		if len(page) < size {
-			return events, 0, nil
-		}
-		before = page[len(page)-1].ID
+	events, err = s.opts.Outbox.ListEvents(ctx, ef)
+	if err != nil {
+		return nil, 0, err
 	}
-	return events, before, nil
+	if len(events) > want {
+		events = events[:want]
+		next = events[want-1].ID
+	}
+	return events, next, nil
 }
 
 // eventRow is one outbox event in a list.
@@ -155,7 +153,7 @@ type eventRow struct {
 	LastError string
 }
 
-func userLabel(uid *bot.UID, tg *bot.TelegramID) string {
+func userLabel(uid *contract.UID, tg *contract.TelegramID) string {
 	var parts []string
 	if uid != nil {
 		parts = append(parts, "uid "+strconv.FormatInt(int64(*uid), 10))
@@ -169,7 +167,7 @@ func userLabel(uid *bot.UID, tg *bot.TelegramID) string {
 	return strings.Join(parts, " · ")
 }
 
-func userHref(uid *bot.UID, tg *bot.TelegramID) string {
+func userHref(uid *contract.UID, tg *contract.TelegramID) string {
 	switch {
 	case tg != nil:
 		return "/admin/bot/users/" + url.PathEscape(string(*tg))
@@ -179,13 +177,13 @@ func userHref(uid *bot.UID, tg *bot.TelegramID) string {
 	return ""
 }
 
-func toEventRow(e bot.EventRecord, now time.Time) eventRow {
+func toEventRow(e backend.EventRecord, now time.Time) eventRow {
 	row := eventRow{
 		ID: strconv.FormatInt(int64(e.ID), 10), Href: "/admin/bot/events/" + strconv.FormatInt(int64(e.ID), 10),
 		Type: string(e.EventType), User: userLabel(e.MagnetUID, e.TelegramID), UserHref: userHref(e.MagnetUID, e.TelegramID),
 		State: string(e.State), Attempts: e.Attempts, Created: when(e.CreatedAt),
 	}
-	if e.State == bot.StateRetrying && e.NextRetryAt != nil {
+	if e.State == backend.StateRetrying && e.NextRetryAt != nil {
 		row.Due = when(*e.NextRetryAt) + " (" + ago(now, *e.NextRetryAt) + ")"
 	}
 	if e.LastError != nil {
@@ -211,9 +209,9 @@ type stageRow struct {
 	Width string // the bar's width in percent of the largest stage
 }
 
-// outgoingRow is one of the onboarding bot's Telegram calls.
+// outgoingRow is one of the onboarding bot's Telegram calls (a DM).
 type outgoingRow struct {
-	ID        string
+	ID        string // the queue message's id: a failed one's is its dead letter's
 	Method    string
 	Chat      string
 	ChatHref  string
@@ -223,15 +221,21 @@ type outgoingRow struct {
 	LastError string
 	At        string
 	Failed    bool
+	// Redrive is the Queues page's action that sends a failed DM again.
+	Redrive string
 }
 
-func toOutgoingRow(o bot.Outgoing) outgoingRow {
-	return outgoingRow{
-		ID: strconv.FormatInt(o.ID, 10), Method: o.Method, Chat: string(o.ChatID),
-		ChatHref: "/admin/bot/users/" + url.PathEscape(string(o.ChatID)), Status: o.Status, Attempts: o.Attempts,
-		Text: clip(mask.Phones(o.Params.Text), 160), LastError: clip(mask.Phones(deref(o.LastError)), 160),
-		At: when(o.UpdatedAt), Failed: o.Status == bot.OutgoingFailed,
+func toOutgoingRow(d onboarding.DM) outgoingRow {
+	row := outgoingRow{
+		ID: d.MessageID, Method: d.Method, Chat: string(d.ChatID),
+		ChatHref: "/admin/bot/users/" + url.PathEscape(string(d.ChatID)), Status: string(d.Status), Attempts: d.Attempts,
+		Text: clip(mask.Phones(d.Text), 160), LastError: clip(mask.Phones(d.LastError), 160),
+		At: when(d.At), Failed: d.Status == onboarding.DMFailed,
 	}
+	if row.Failed {
+		row.Redrive = queueHref(onboarding.DMQueue, "") + "/dead/redrive"
+	}
+	return row
 }
 
 func deref(s *string) string {
@@ -265,10 +269,10 @@ func (s *Server) botPage(w http.ResponseWriter, r *http.Request) {
 	now := s.opts.DB.Now()
 	f := parseEventQuery(r)
 	m := botModel{Wired: true, Query: f, FunnelWired: s.opts.Onboarding != nil}
-	for _, t := range bot.EventTypes {
+	for _, t := range contract.EventTypes {
 		m.Types = append(m.Types, string(t))
 	}
-	counts, err := s.outboxCounts(ctx)
+	counts, err := s.opts.Outbox.CountUnfinished(ctx)
 	if err != nil {
 		s.failed(w, r, "bot", err)
 		return
@@ -278,15 +282,15 @@ func (s *Server) botPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, t := range []struct {
-		state bot.EventState
+		state backend.EventState
 		label string
 		n     string
 	}{
 		{"", "All", ""},
-		{bot.StatePending, "Pending", count(counts.Pending)},
-		{bot.StateRetrying, "Retrying", count(counts.Retrying)},
-		{bot.StateProcessed, "Processed", ""},
-		{bot.StateDead, "Dead-lettered", count(counts.Dead)},
+		{backend.StatePending, "Pending", count(counts.Pending)},
+		{backend.StateRetrying, "Retrying", count(counts.Retrying)},
+		{backend.StateProcessed, "Processed", ""},
+		{backend.StateDead, "Dead-lettered", count(counts.Dead)},
 	} {
 		testid := "tab-" + string(t.state)
 		if t.state == "" {
@@ -294,7 +298,7 @@ func (s *Server) botPage(w http.ResponseWriter, r *http.Request) {
 		}
 		m.Tabs = append(m.Tabs, stateTab{Label: t.label, Count: t.n, Href: f.href(t.state, 0), Active: f.State == t.state, Testid: testid})
 	}
-	events, next, err := s.scanEvents(ctx, f, eventsPerPage)
+	events, next, err := s.listEvents(ctx, f, eventsPerPage)
 	if err != nil {
 		s.failed(w, r, "bot", err)
 		return
@@ -310,7 +314,7 @@ func (s *Server) botPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.opts.Onboarding != nil {
-		failed, err := s.opts.Onboarding.ListOutgoing(ctx, bot.OutgoingFilter{Status: bot.OutgoingFailed, Limit: 20})
+		failed, err := s.opts.Onboarding.ListDMs(ctx, onboarding.DMFilter{Status: onboarding.DMFailed, Limit: 20})
 		if err != nil {
 			s.failed(w, r, "bot", err)
 			return
@@ -324,17 +328,20 @@ func (s *Server) botPage(w http.ResponseWriter, r *http.Request) {
 
 // funnelRows counts the funnel's users at each stage the bot knows.
 func (s *Server) funnelRows(ctx context.Context) ([]stageRow, error) {
-	counts, err := s.funnelStages(ctx)
-	if err != nil {
-		return nil, err
+	counts := map[onboarding.Stage]int64{}
+	if s.opts.Funnel != nil {
+		var err error
+		if counts, err = s.opts.Funnel.CountByStage(ctx); err != nil {
+			return nil, err
+		}
 	}
 	var top int64
 	for _, n := range counts {
 		top = max(top, n)
 	}
 	var rows []stageRow
-	for st := bot.StageStarted; st <= bot.StageNftActivated; st++ {
-		n := counts[int(st)]
+	for st := onboarding.StageStarted; st <= onboarding.StageNftActivated; st++ {
+		n := counts[st]
 		width := "0"
 		if top > 0 {
 			width = strconv.FormatFloat(100*float64(n)/float64(top), 'f', 1, 64)
@@ -366,16 +373,16 @@ type eventDetail struct {
 	Self        string
 }
 
-func toEventDetail(e bot.EventRecord, now time.Time) eventDetail {
+func toEventDetail(e backend.EventRecord, now time.Time) eventDetail {
 	d := eventDetail{
 		ID: strconv.FormatInt(int64(e.ID), 10), Type: string(e.EventType), State: string(e.State),
 		User: userLabel(e.MagnetUID, e.TelegramID), UserHref: userHref(e.MagnetUID, e.TelegramID),
 		Created: when(e.CreatedAt), Processed: whenPtr(e.ProcessedAt), Attempts: e.Attempts,
 		LastAttempt: whenPtr(e.LastAttemptAt), NextRetry: whenPtr(e.NextRetryAt), DeadAt: whenPtr(e.DeadLetteredAt),
 		LastError: mask.Phones(deref(e.LastError)), Payload: prettyPayload(e.Payload),
-		CanRedrive: e.State == bot.StateDead || e.State == bot.StateRetrying,
+		CanRedrive: e.State == backend.StateDead || e.State == backend.StateRetrying,
 	}
-	if e.NextRetryAt != nil && e.State == bot.StateRetrying {
+	if e.NextRetryAt != nil && e.State == backend.StateRetrying {
 		d.NextRetry += " (" + ago(now, *e.NextRetryAt) + ")"
 	}
 	d.Self = "/admin/bot/events/" + d.ID
@@ -393,8 +400,8 @@ func (s *Server) botEvent(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, http.StatusNotFound, "bot", "There is no such event.")
 		return
 	}
-	e, err := s.opts.Outbox.GetEvent(r.Context(), bot.EventID(id))
-	if errors.Is(err, bot.ErrEventNotFound) {
+	e, err := s.opts.Outbox.GetEvent(r.Context(), contract.EventID(id))
+	if errors.Is(err, contract.ErrEventNotFound) {
 		s.problem(w, r, http.StatusNotFound, "bot", "There is no event "+strconv.FormatInt(id, 10)+".")
 		return
 	}
@@ -420,33 +427,12 @@ func (s *Server) botRedrive(w http.ResponseWriter, r *http.Request) {
 	if !s.confirmed(w, r, "bot", "Redrive event "+strconv.FormatInt(id, 10)+"? It becomes pending again at once, attempts reset to 0.", "Redrive", back) {
 		return
 	}
-	_, err := s.opts.Outbox.Redrive(r.Context(), bot.EventID(id))
+	_, err := s.opts.Outbox.Redrive(r.Context(), contract.EventID(id))
 	if err != nil {
-		s.actionFailed(w, r, back, err, errors.Is(err, bot.ErrEventNotFound) || errors.Is(err, bot.ErrEventProcessed))
+		s.actionFailed(w, r, back, err, errors.Is(err, contract.ErrEventNotFound) || errors.Is(err, contract.ErrEventProcessed))
 		return
 	}
 	s.done(w, r, back, true, "Event "+strconv.FormatInt(id, 10)+" redriven: it is pending again.")
-}
-
-func (s *Server) botOutgoingRedrive(w http.ResponseWriter, r *http.Request) {
-	id, _ := pathInt(r, "id")
-	if !s.parseForm(w, r, "/admin/bot") {
-		return
-	}
-	back := backTo(r, "/admin/bot")
-	if s.opts.Onboarding == nil {
-		s.done(w, r, back, false, "The onboarding bot does not run in this process.")
-		return
-	}
-	if !s.confirmed(w, r, "bot", "Send Telegram call "+strconv.FormatInt(id, 10)+" again? Its attempts reset to 0.", "Send again", back) {
-		return
-	}
-	_, err := s.opts.Onboarding.RedriveOutgoing(r.Context(), id)
-	if err != nil {
-		s.actionFailed(w, r, back, err, errors.Is(err, bot.ErrOutgoingNotFound) || errors.Is(err, bot.ErrOutgoingNotFailed))
-		return
-	}
-	s.done(w, r, back, true, "Telegram call "+strconv.FormatInt(id, 10)+" is queued again.")
 }
 
 // funnelModel is the funnel page: the stages and the users at one of them.
@@ -469,14 +455,14 @@ type funnelRow struct {
 	Updated    string
 }
 
-func uidText(u *bot.UID) string {
+func uidText(u *contract.UID) string {
 	if u == nil {
 		return "—"
 	}
 	return strconv.FormatInt(int64(*u), 10)
 }
 
-func toFunnelRow(f bot.Funnel) funnelRow {
+func toFunnelRow(f onboarding.Funnel) funnelRow {
 	leader := "—"
 	if f.LeaderUID != nil {
 		leader = "uid " + uidText(f.LeaderUID)
@@ -503,12 +489,12 @@ func (s *Server) botFunnel(w http.ResponseWriter, r *http.Request) {
 		s.failed(w, r, "bot", err)
 		return
 	}
-	if st, err := strconv.Atoi(r.URL.Query().Get("stage")); err == nil && st >= int(bot.StageStarted) && st <= int(bot.StageNftActivated) {
+	if st, err := strconv.Atoi(r.URL.Query().Get("stage")); err == nil && st >= int(onboarding.StageStarted) && st <= int(onboarding.StageNftActivated) {
 		m.Stage = st
-		m.Title = bot.Stage(st).String() + " — " + bot.Stage(st).Title()
+		m.Title = onboarding.Stage(st).String() + " — " + onboarding.Stage(st).Title()
 	}
 	if m.Wired {
-		list, err := s.opts.Onboarding.ListFunnels(ctx, bot.FunnelFilter{Stage: bot.Stage(m.Stage), Limit: 100})
+		list, err := s.opts.Onboarding.ListFunnels(ctx, onboarding.FunnelFilter{Stage: onboarding.Stage(m.Stage), Limit: 100})
 		if err != nil {
 			s.failed(w, r, "bot", err)
 			return
@@ -540,7 +526,7 @@ type userModel struct {
 }
 
 func (s *Server) botUser(w http.ResponseWriter, r *http.Request) {
-	tg := bot.TelegramID(mux.Vars(r)["tg"])
+	tg := contract.TelegramID(mux.Vars(r)["tg"])
 	ctx := r.Context()
 	m := userModel{TelegramID: string(tg)}
 	var timeline []timelineEntry
@@ -548,7 +534,7 @@ func (s *Server) botUser(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Onboarding != nil {
 		f, hist, err := s.opts.Onboarding.GetFunnel(ctx, tg)
 		switch {
-		case errors.Is(err, bot.ErrFunnelNotFound):
+		case errors.Is(err, onboarding.ErrFunnelNotFound):
 		case err != nil:
 			s.failed(w, r, "bot", err)
 			return
@@ -565,27 +551,27 @@ func (s *Server) botUser(w http.ResponseWriter, r *http.Request) {
 				})
 			}
 		}
-		out, err := s.opts.Onboarding.ListOutgoing(ctx, bot.OutgoingFilter{Limit: bot.BOT_OUTBOX_MAX_PENDING_LIMIT})
+		dms, err := s.opts.Onboarding.ListDMs(ctx, onboarding.DMFilter{ChatID: tg, Limit: contract.BOT_OUTBOX_MAX_PENDING_LIMIT})
 		if err != nil {
 			s.failed(w, r, "bot", err)
 			return
 		}
-		for _, o := range out {
-			if o.ChatID != tg || o.Method != "sendMessage" {
+		for _, d := range dms {
+			if d.Method != "sendMessage" {
 				continue
 			}
-			e := timelineEntry{at: o.CreatedAt, Kind: "message", Text: clip(mask.Phones(o.Params.Text), 200),
-				Detail: o.Status + " after " + countInt(o.Attempts) + " attempt(s)", Bad: o.Status == bot.OutgoingFailed}
-			if o.LastError != nil && e.Bad {
-				e.Detail += ": " + mask.Phones(*o.LastError)
+			e := timelineEntry{at: d.At, Kind: "message", Text: clip(mask.Phones(d.Text), 200),
+				Detail: string(d.Status) + " after " + countInt(d.Attempts) + " attempt(s)", Bad: d.Status == onboarding.DMFailed}
+			if d.LastError != "" && e.Bad {
+				e.Detail += ": " + mask.Phones(d.LastError)
 			}
 			timeline = append(timeline, e)
 		}
 	}
 	if s.opts.Outbox != nil {
-		seen := map[bot.EventID]bool{}
+		seen := map[contract.EventID]bool{}
 		for _, u := range users {
-			events, _, err := s.scanEvents(ctx, eventQuery{User: u}, eventsPerPage)
+			events, _, err := s.listEvents(ctx, eventQuery{User: u}, eventsPerPage)
 			if err != nil {
 				s.failed(w, r, "bot", err)
 				return
@@ -601,7 +587,7 @@ func (s *Server) botUser(w http.ResponseWriter, r *http.Request) {
 				}
 				timeline = append(timeline, timelineEntry{
 					at: e.CreatedAt, Kind: "event", Text: "outbox event " + string(e.EventType) + " #" + strconv.FormatInt(int64(e.ID), 10),
-					Detail: detail, Href: "/admin/bot/events/" + strconv.FormatInt(int64(e.ID), 10), Bad: e.State == bot.StateDead,
+					Detail: detail, Href: "/admin/bot/events/" + strconv.FormatInt(int64(e.ID), 10), Bad: e.State == backend.StateDead,
 				})
 			}
 		}

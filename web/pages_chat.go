@@ -16,6 +16,11 @@ import (
 // chatOps is what the console needs of the chat platform (*omni.Admin).
 type chatOps interface {
 	ListThreads(ctx context.Context, f omni.ThreadFilter) ([]omni.Thread, error)
+	Thread(ctx context.Context, id omni.ThreadID) (omni.Thread, error)
+	ThreadDigests(ctx context.Context, ids []omni.ThreadID) (map[omni.ThreadID]omni.ThreadDigest, error)
+	Counts(ctx context.Context) (omni.Counts, error)
+	InboundBetween(ctx context.Context, from, to time.Time) (int64, error)
+	OutboundBetween(ctx context.Context, from, to time.Time) (int64, error)
 	ListMessages(ctx context.Context, thread omni.ThreadID, f omni.MessageFilter) ([]omni.OmniMessage, error)
 	Reply(ctx context.Context, thread omni.ThreadID, text string) (omni.OmniMessage, error)
 	CloseThread(ctx context.Context, thread omni.ThreadID) error
@@ -50,7 +55,7 @@ func channelText(c omni.Channel) string {
 	return string(c)
 }
 
-func toThreadRow(t omni.Thread, d threadDigest, now time.Time) threadRow {
+func toThreadRow(t omni.Thread, d omni.ThreadDigest, now time.Time) threadRow {
 	name := t.Contact.Name
 	if name == "" {
 		name = "contact " + t.Contact.ProviderUserID
@@ -59,7 +64,7 @@ func toThreadRow(t omni.Thread, d threadDigest, now time.Time) threadRow {
 		ID: strconv.FormatInt(int64(t.ID), 10), Href: "/admin/chat/threads/" + strconv.FormatInt(int64(t.ID), 10),
 		Contact: name, Username: t.Contact.Username, Channel: channelText(t.Channel), State: string(t.State),
 		Unread: t.Unread, LastAt: whenPtr(t.LastMessageAt), Failed: d.Failed,
-		LastFromUs: d.LastDirection == "outbound", LastStatus: d.LastStatus,
+		LastFromUs: d.LastDirection == omni.DirectionOutbound, LastStatus: string(d.LastStatus),
 	}
 	if t.LastMessageAt != nil {
 		row.LastAgo = ago(now, *t.LastMessageAt)
@@ -68,7 +73,7 @@ func toThreadRow(t omni.Thread, d threadDigest, now time.Time) threadRow {
 	case d.LastText != "":
 		row.LastText = clip(mask.Phones(d.LastText), 90)
 	case d.LastKind != "":
-		row.LastText = "(" + d.LastKind + ")"
+		row.LastText = "(" + string(d.LastKind) + ")"
 	}
 	if !t.Contact.Reachable {
 		row.Unreachable = t.Contact.UnreachableReason
@@ -88,18 +93,18 @@ type inboxModel struct {
 }
 
 func (s *Server) threadRows(ctx context.Context, threads []omni.Thread) ([]threadRow, error) {
-	ids := make([]int64, len(threads))
+	ids := make([]omni.ThreadID, len(threads))
 	for i, t := range threads {
-		ids[i] = int64(t.ID)
+		ids[i] = t.ID
 	}
-	digests, err := s.threadDigests(ctx, ids)
+	digests, err := s.opts.Chat.ThreadDigests(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
 	now := s.opts.DB.Now()
 	rows := make([]threadRow, 0, len(threads))
 	for _, t := range threads {
-		rows = append(rows, toThreadRow(t, digests[int64(t.ID)], now))
+		rows = append(rows, toThreadRow(t, digests[t.ID], now))
 	}
 	return rows, nil
 }
@@ -213,20 +218,17 @@ func (s *Server) threadModel(ctx context.Context, id omni.ThreadID) (threadModel
 	for _, msg := range msgs {
 		m.Messages = append(m.Messages, toMessageRow(msg, now))
 	}
-	// The chat admin has no single-thread read: the thread's header comes from
-	// the inbox listing, which holds the latest 500 threads.
-	threads, err := s.opts.Chat.ListThreads(ctx, omni.ThreadFilter{Limit: 500})
-	if err != nil {
+	t, err := s.opts.Chat.Thread(ctx, id)
+	switch {
+	case errors.Is(err, omni.ErrThreadNotFound):
+	case err != nil:
 		return m, err
-	}
-	for _, t := range threads {
-		if t.ID == id {
-			rows, err := s.threadRows(ctx, []omni.Thread{t})
-			if err != nil {
-				return m, err
-			}
-			m.Thread, m.Known = rows[0], true
+	default:
+		rows, err := s.threadRows(ctx, []omni.Thread{t})
+		if err != nil {
+			return m, err
 		}
+		m.Thread, m.Known = rows[0], true
 	}
 	if !m.Known {
 		m.Thread = threadRow{ID: strconv.FormatInt(int64(id), 10), Contact: "Thread " + strconv.FormatInt(int64(id), 10)}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"switchyard/bot/backend"
 	"switchyard/referral"
 )
 
@@ -98,10 +99,14 @@ func (s *Server) overviewModel(r *http.Request) (overviewModel, error) {
 
 func (s *Server) botSummary(ctx context.Context, now time.Time) (botSummary, error) {
 	var b botSummary
-	c, err := s.outboxCounts(ctx)
-	if err != nil {
-		return b, err
+	c := backend.Counts{}
+	if s.opts.Outbox != nil {
+		var err error
+		if c, err = s.opts.Outbox.CountUnfinished(ctx); err != nil {
+			return b, err
+		}
 	}
+	var err error
 	b.Pending, b.Retrying, b.Dead = c.Pending, c.Retrying, c.Dead
 	if b.PerMinute, err = s.since(ctx, outboxHandled, now.Add(-time.Minute)); err != nil {
 		return b, err
@@ -118,8 +123,10 @@ func (s *Server) botSummary(ctx context.Context, now time.Time) (botSummary, err
 func (s *Server) referralSummary(ctx context.Context, now time.Time) (referralSummary, error) {
 	var ref referralSummary
 	var err error
-	if ref.Bonds, err = s.scalar(ctx, `select count(*) from referral_bonds`); err != nil {
-		return ref, err
+	if s.opts.Referral != nil {
+		if ref.Bonds, err = s.opts.Referral.CountBonds(ctx); err != nil {
+			return ref, err
+		}
 	}
 	if ref.PerMinute, err = s.since(ctx, identityConsumed, now.Add(-time.Minute)); err != nil {
 		return ref, err
@@ -145,11 +152,14 @@ func (s *Server) referralSummary(ctx context.Context, now time.Time) (referralSu
 
 func (s *Server) chatSummary(ctx context.Context, now time.Time) (chatSummary, error) {
 	var c chatSummary
-	cc, err := s.chatCounts(ctx)
-	if err != nil {
-		return c, err
+	var err error
+	if s.opts.Chat != nil {
+		cc, err := s.opts.Chat.Counts(ctx)
+		if err != nil {
+			return c, err
+		}
+		c.Open, c.Unread, c.Failed = cc.OpenThreads, cc.Unread, cc.Failed
 	}
-	c.Open, c.Unread, c.Failed = cc.Open, cc.Unread, cc.Failed
 	minuteAgo := now.Add(-time.Minute)
 	if c.InboundPerMin, err = s.since(ctx, chatInbound, minuteAgo); err != nil {
 		return c, err

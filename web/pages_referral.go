@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -24,6 +25,10 @@ type referralOps interface {
 	ListBonds(ctx context.Context, f referral.BondFilter) ([]referral.Bond, error)
 	ListRegistrations(ctx context.Context, f referral.RegistrationFilter) ([]referral.Registration, error)
 	MyReferrer(ctx context.Context, user referral.UserID) (referral.Referrer, error)
+	ListReplicas(ctx context.Context, f referral.ReplicaFilter) ([]referral.Replica, error)
+	CountBonds(ctx context.Context) (int64, error)
+	ConsumedBetween(ctx context.Context, from, to time.Time) (int64, error)
+	BondsBetween(ctx context.Context, from, to time.Time) (int64, error)
 }
 
 // linkRow is one referral link.
@@ -111,12 +116,12 @@ func (s *Server) referralModel(r *http.Request) (referralModel, error) {
 		}
 		m.DLQ = toDeadRows(dead)
 	}
-	var err error
-	if m.Bonds, err = s.scalar(ctx, `select count(*) from referral_bonds`); err != nil {
-		return m, err
-	}
 	if !m.Wired {
 		return m, nil
+	}
+	var err error
+	if m.Bonds, err = s.opts.Referral.CountBonds(ctx); err != nil {
+		return m, err
 	}
 	links, err := s.opts.Referral.ListLinks(ctx, referral.LinkFilter{IncludeDeleted: m.ShowDeleted, Limit: 100})
 	if err != nil {
@@ -125,18 +130,11 @@ func (s *Server) referralModel(r *http.Request) (referralModel, error) {
 	for _, l := range links {
 		m.Links = append(m.Links, toLinkRow(l))
 	}
-	ids, err := s.recentReplicaIDs(ctx, 20)
+	replicas, err := s.opts.Referral.ListReplicas(ctx, referral.ReplicaFilter{Limit: 20})
 	if err != nil {
 		return m, err
 	}
-	for _, id := range ids {
-		rep, err := s.opts.Referral.Replica(ctx, referral.UserID(id))
-		if errors.Is(err, referral.ErrReplicaNotFound) {
-			continue
-		}
-		if err != nil {
-			return m, err
-		}
+	for _, rep := range replicas {
 		m.Replicas = append(m.Replicas, toReplicaRow(rep))
 	}
 	return m, nil

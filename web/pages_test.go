@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -18,7 +17,8 @@ import (
 	"github.com/PuerkitoBio/goquery"
 	"github.com/mymmrac/telego"
 
-	"switchyard/bot"
+	"switchyard/bot/backend"
+	"switchyard/bot/contract"
 	"switchyard/omni"
 	"switchyard/queue"
 	"switchyard/referral"
@@ -26,7 +26,9 @@ import (
 	"switchyard/store/storetest"
 	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
+	"switchyard/telegram/sandbox"
 	"switchyard/web"
+	"switchyard/web/webtest"
 )
 
 // Handler tests: the console's pages and actions over real HTTP, on real
@@ -42,26 +44,12 @@ type console struct {
 func newConsole(t *testing.T, opts web.Options) *console {
 	t.Helper()
 	opts.AdminToken = adminToken
-	srv := httptest.NewServer(web.New(opts))
-	t.Cleanup(srv.Close)
-	return loginTo(t, srv.URL)
+	return loginTo(t, webtest.NewWith(t, opts))
 }
 
-func loginTo(t *testing.T, base string) *console {
+func loginTo(t *testing.T, srv *webtest.Server) *console {
 	t.Helper()
-	jar, _ := cookiejar.New(nil)
-	c := &console{base: base, client: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	}}}
-	resp, err := c.client.PostForm(base+"/admin/login", url.Values{"token": {adminToken}, "next": {"/admin"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("login: status %d", resp.StatusCode)
-	}
-	return c
+	return &console{base: srv.URL, client: srv.Login(t)}
 }
 
 // get fetches a console page and parses it.
@@ -146,22 +134,22 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 // deadEvent emits a registered event and retries it until the outbox
 // dead-letters it (BOT_OUTBOX_MAX_ATTEMPTS retries, the clock moved past
 // each backoff).
-func deadEvent(t *testing.T, ob *bot.Outbox, clock *store.ManualClock, uid bot.UID) bot.EventID {
+func deadEvent(t *testing.T, ob *backend.Outbox, clock *store.ManualClock, uid contract.UID) contract.EventID {
 	t.Helper()
 	ctx := context.Background()
-	id, err := ob.Emit(ctx, bot.NewEvent{Type: bot.EventRegistered, Target: bot.Target{MagnetUID: uid},
+	id, err := ob.Emit(ctx, backend.NewEvent{Type: contract.EventRegistered, Target: backend.Target{MagnetUID: uid},
 		Payload: json.RawMessage(`{"leaderUid":1,"phone":"+79991231234"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range bot.BOT_OUTBOX_MAX_ATTEMPTS {
-		if _, err := ob.Ack(ctx, bot.AckRequest{RetryIDs: []bot.EventID{id},
+	for range contract.BOT_OUTBOX_MAX_ATTEMPTS {
+		if _, err := ob.Ack(ctx, contract.AckRequest{RetryIDs: []contract.EventID{id},
 			Errors: map[string]string{fmt.Sprint(id): "telegram: 502 Bad Gateway"}}); err != nil {
 			t.Fatal(err)
 		}
 		clock.Advance(24 * time.Hour)
 	}
-	if e, _ := ob.GetEvent(ctx, id); e.State != bot.StateDead {
+	if e, _ := ob.GetEvent(ctx, id); e.State != backend.StateDead {
 		t.Fatalf("event %d is %s after the retries, want dead", id, e.State)
 	}
 	return id
@@ -171,28 +159,28 @@ func TestBotOutboxConsole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, clock := storetest.NewWithClock(t)
-	ob := bot.NewOutbox(bot.OutboxOpts{DB: db})
+	ob := backend.NewOutbox(backend.OutboxOpts{DB: db})
 	dead := deadEvent(t, ob, clock, 5)
 	// Logged in after the clock moved, so the session is current.
 	c := newConsole(t, web.Options{DB: db, Outbox: ob})
-	wallet, err := ob.EmitWalletConnected(ctx, bot.Target{TelegramID: "100200"}, bot.WalletConnectedPayload{Addr: "EQabc"})
+	wallet, err := ob.EmitWalletConnected(ctx, backend.Target{TelegramID: "100200"}, contract.WalletConnectedPayload{Addr: "EQabc"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	partner, err := ob.EmitNewPartner(ctx, bot.Target{MagnetUID: 6}, bot.NewPartnerPayload{PartnerUID: 7, PartnerName: "P"})
+	partner, err := ob.EmitNewPartner(ctx, backend.Target{MagnetUID: 6}, contract.NewPartnerPayload{PartnerUID: 7, PartnerName: "P"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ob.Ack(ctx, bot.AckRequest{RetryIDs: []bot.EventID{partner}}); err != nil {
+	if _, err := ob.Ack(ctx, contract.AckRequest{RetryIDs: []contract.EventID{partner}}); err != nil {
 		t.Fatal(err)
 	}
-	row := func(doc *goquery.Document, id bot.EventID) *goquery.Selection {
+	row := func(doc *goquery.Document, id contract.EventID) *goquery.Selection {
 		return tid(doc, fmt.Sprint("event-", id))
 	}
 
 	t.Run("the list shows each event's state, and the tabs count them", func(t *testing.T) {
 		doc := c.get(t, "/admin/bot", http.StatusOK)
-		for id, state := range map[bot.EventID]string{dead: "dead", wallet: "pending", partner: "retrying"} {
+		for id, state := range map[contract.EventID]string{dead: "dead", wallet: "pending", partner: "retrying"} {
 			if got := trimmed(row(doc, id).Find(`[data-testid="state"]`)); got != state {
 				t.Errorf("event %d shows %q, want %q", id, got, state)
 			}
@@ -207,13 +195,13 @@ func TestBotOutboxConsole(t *testing.T) {
 	t.Run("filters by state, type and user narrow the list", func(t *testing.T) {
 		for _, f := range []struct {
 			query string
-			want  []bot.EventID
+			want  []contract.EventID
 		}{
-			{"state=dead", []bot.EventID{dead}},
-			{"type=wallet_connected", []bot.EventID{wallet}},
-			{"user=uid:6", []bot.EventID{partner}},
-			{"user=tg:100200", []bot.EventID{wallet}},
-			{"user=5", []bot.EventID{dead}},
+			{"state=dead", []contract.EventID{dead}},
+			{"type=wallet_connected", []contract.EventID{wallet}},
+			{"user=uid:6", []contract.EventID{partner}},
+			{"user=tg:100200", []contract.EventID{wallet}},
+			{"user=5", []contract.EventID{dead}},
 			{"state=pending&type=registered", nil},
 		} {
 			doc := c.get(t, "/admin/bot?"+f.query, http.StatusOK)
@@ -248,7 +236,7 @@ func TestBotOutboxConsole(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !strings.Contains(body, `data-testid="confirm-page"`) || !strings.Contains(body, `name="back" value="/admin/bot?state=dead"`) {
 			t.Fatalf("status %d, want the confirmation page:\n%s", resp.StatusCode, body)
 		}
-		if e, _ := ob.GetEvent(ctx, dead); e.State != bot.StateDead {
+		if e, _ := ob.GetEvent(ctx, dead); e.State != backend.StateDead {
 			t.Fatalf("the event is %s before the confirmation", e.State)
 		}
 	})
@@ -257,7 +245,7 @@ func TestBotOutboxConsole(t *testing.T) {
 		if resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("status %d, want 403", resp.StatusCode)
 		}
-		if e, _ := ob.GetEvent(ctx, dead); e.State != bot.StateDead {
+		if e, _ := ob.GetEvent(ctx, dead); e.State != backend.StateDead {
 			t.Fatalf("the event is %s after a refused request", e.State)
 		}
 	})
@@ -277,7 +265,7 @@ func TestBotOutboxConsole(t *testing.T) {
 			t.Fatalf("landed on %s with flash %q", landed, trimmed(flash))
 		}
 		e, _ := ob.GetEvent(ctx, dead)
-		if e.State != bot.StatePending || e.Attempts != 0 {
+		if e.State != backend.StatePending || e.Attempts != 0 {
 			t.Fatalf("event is %s with %d attempts", e.State, e.Attempts)
 		}
 		if doc := c.get(t, "/admin/bot?state=dead", http.StatusOK); tid(doc, "flash").Length() != 0 {
@@ -285,7 +273,7 @@ func TestBotOutboxConsole(t *testing.T) {
 		}
 	})
 	t.Run("redriving a processed event is refused with the reason", func(t *testing.T) {
-		if _, err := ob.Ack(ctx, bot.AckRequest{ProcessedIDs: []bot.EventID{wallet}}); err != nil {
+		if _, err := ob.Ack(ctx, contract.AckRequest{ProcessedIDs: []contract.EventID{wallet}}); err != nil {
 			t.Fatal(err)
 		}
 		_, flash := c.act(t, fmt.Sprint("/admin/bot/events/", wallet, "/redrive"), nil)
@@ -560,9 +548,8 @@ func TestChatConsole(t *testing.T) {
 	in := omni.NewInbound(omni.InboundOpts{DB: db, Token: token, WebhookSecret: "webhook-secret-0123456789"})
 	runWorker(t, omni.NewChat(omni.ChatOpts{DB: db, DisableAutoAck: true, PollInterval: 20 * time.Millisecond}).Run)
 	runWorker(t, omni.NewOutbound(omni.OutboundOpts{DB: db, Token: token, APIURL: fakeSrv.URL, PollInterval: 20 * time.Millisecond}).Run)
-	srv := httptest.NewServer(web.New(web.Options{DB: db, AdminToken: adminToken, Public: []web.RoutesFunc{in.Routes},
-		Chat: omni.NewAdmin(omni.AdminOpts{DB: db})}))
-	t.Cleanup(srv.Close)
+	srv := webtest.NewWith(t, web.Options{DB: db, AdminToken: adminToken, Public: []web.RoutesFunc{in.Routes},
+		Chat: omni.NewAdmin(omni.AdminOpts{DB: db})})
 	tg, err := telegram.NewBot(token, fakeSrv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -570,7 +557,7 @@ func TestChatConsole(t *testing.T) {
 	if err := in.SetWebhook(ctx, tg, srv.URL); err != nil {
 		t.Fatal(err)
 	}
-	c := loginTo(t, srv.URL)
+	c := loginTo(t, srv)
 	fb := fake.Bot(token)
 	conn, err := fb.ConnectBusiness(telego.User{ID: 900, FirstName: "Shop"}, telego.BusinessBotRights{CanReply: true})
 	if err != nil {
@@ -654,7 +641,8 @@ func TestSandbox(t *testing.T) {
 	fake := fakebot.New(fakebot.Opts{Tokens: []string{onboardingToken, chatToken}})
 	fakeSrv := httptest.NewServer(fake)
 	t.Cleanup(func() { fakeSrv.Close(); fake.Close() })
-	c := newConsole(t, web.Options{DB: db, Sandbox: &web.Sandbox{Server: fake, OnboardingToken: onboardingToken, ChatToken: chatToken}})
+	sbx := sandbox.New(sandbox.Opts{Server: fake, OnboardingToken: onboardingToken, ChatToken: chatToken})
+	c := newConsole(t, web.Options{DB: db, Sandbox: sbx, Admin: []web.RoutesFunc{sbx.AdminRoutes}})
 	api := func(method, path, body string) int {
 		t.Helper()
 		resp, _ := do(t, request(t, method, c.base+"/admin/api/sandbox"+path, adminToken, body))
@@ -797,8 +785,7 @@ func sendAsBot(t *testing.T, fakeURL, token string, chat int64, text, data strin
 func TestConsoleNeedsASession(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
-	srv := httptest.NewServer(web.New(web.Options{DB: db, AdminToken: adminToken, Outbox: bot.NewOutbox(bot.OutboxOpts{DB: db})}))
-	t.Cleanup(srv.Close)
+	srv := webtest.NewWith(t, web.Options{DB: db, AdminToken: adminToken, Outbox: backend.NewOutbox(backend.OutboxOpts{DB: db})})
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, p := range []string{"/admin", "/admin/bot", "/admin/bot/events/1", "/admin/referral", "/admin/chat", "/admin/queues", "/admin/queues/x"} {
 		resp, err := noRedirect.Get(srv.URL + p)
@@ -810,7 +797,7 @@ func TestConsoleNeedsASession(t *testing.T) {
 			t.Errorf("GET %s without a session: %d to %q", p, resp.StatusCode, resp.Header.Get("Location"))
 		}
 	}
-	c := loginTo(t, srv.URL)
+	c := loginTo(t, srv)
 	t.Run("every page renders when its subsystem is not wired", func(t *testing.T) {
 		for _, p := range []string{"/admin", "/admin/bot", "/admin/bot/funnel", "/admin/bot/users/5", "/admin/referral",
 			"/admin/referral/users/11111111-1111-4111-8111-111111111111", "/admin/chat", "/admin/queues"} {

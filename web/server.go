@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"switchyard/adminsession"
 	"switchyard/authlimit"
 	"switchyard/httpjson"
 	"switchyard/store"
@@ -41,6 +42,9 @@ type Options struct {
 	// Bearer). Pass the process's one limiter, so that every surface counts
 	// a client's failures together; nil gets a limiter of this server's own.
 	AuthLimiter *authlimit.Limiter
+	// Sessions keeps the console's sessions; nil gets an adminsession.Store
+	// on DB under AdminToken.
+	Sessions sessionStore
 	// BodyLimit caps every request body (default 1 MiB; 413 beyond).
 	BodyLimit int64
 	Version   string
@@ -58,18 +62,22 @@ type Options struct {
 	//
 	// Queues is every queue and topic group (*queue.Admin).
 	Queues queueOps
-	// Outbox is the backend's bot outbox (*bot.Outbox).
+	// Outbox is the backend's bot outbox (*backend.Outbox).
 	Outbox outboxOps
-	// Onboarding is the onboarding bot (*bot.Onboarding): the funnel, user
-	// timelines and its outgoing Telegram calls; nil when the bot role is off.
+	// Funnel is the onboarding funnel's counts (*onboarding.Stats), read
+	// from the database in any process.
+	Funnel funnelOps
+	// Onboarding is the onboarding bot (*onboarding.Bot): the funnel, user
+	// timelines and its DMs; nil when the bot role is off.
 	Onboarding onboardingOps
 	// Referral is the referral context (*referral.Service).
 	Referral referralOps
 	// Chat is the chat platform's operator side (*omni.Admin).
 	Chat chatOps
-	// Sandbox is the built-in fake Bot API; the Sandbox page and the
-	// /admin/api/sandbox routes exist only when it is set.
-	Sandbox *Sandbox
+	// Sandbox is the built-in fake Telegram (*sandbox.Sandbox); the Sandbox
+	// page exists only when it is set. Its JSON API is mounted with Admin,
+	// like every subsystem's routes.
+	Sandbox sandboxOps
 	// Demo is the traffic simulator's switch; nil hides it.
 	Demo DemoTraffic
 }
@@ -82,7 +90,9 @@ type Server struct {
 	handler http.Handler
 	// routers are the root router and the admin API's, for Walk.
 	routers []*mux.Router
-	// minutes caches the console's per-minute counts of finished minutes.
+	// counts counts each throughput series whose owner is wired; minutes
+	// caches the counts of finished minutes.
+	counts  map[series]countFunc
 	minutes minuteCache
 }
 
@@ -103,7 +113,11 @@ func New(opts Options) *Server {
 	if opts.AuthLimiter == nil {
 		opts.AuthLimiter = authlimit.New(authlimit.Opts{Logger: opts.Logger})
 	}
-	s := &Server{opts: opts, log: opts.Logger, auth: newAuth(opts.DB, opts.AdminToken, opts.AuthLimiter)}
+	if opts.Sessions == nil {
+		opts.Sessions = adminsession.New(adminsession.Opts{DB: opts.DB, Token: opts.AdminToken})
+	}
+	s := &Server{opts: opts, log: opts.Logger, auth: newAuth(opts.Sessions, opts.AdminToken, opts.AuthLimiter)}
+	s.counts = s.counters()
 
 	r := mux.NewRouter()
 	r.Use(captureRoute)
@@ -137,9 +151,6 @@ func New(opts Options) *Server {
 	api := apiRoot.PathPrefix("/admin/api").Subrouter()
 	for _, mount := range opts.Admin {
 		mount(api)
-	}
-	if opts.Sandbox != nil {
-		s.sandboxAPIRoutes(api)
 	}
 	r.PathPrefix("/admin/api/").Handler(csrf.Handler(s.auth.requireAPI(apiRoot)))
 	s.routers = []*mux.Router{r, apiRoot}

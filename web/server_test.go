@@ -22,6 +22,7 @@ import (
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web"
+	"switchyard/web/webtest"
 )
 
 const adminToken = "0123456789abcdef0123456789abcdef"
@@ -49,13 +50,11 @@ func newServer(t *testing.T, db *store.DB) *httptest.Server {
 			t.Fatal(err)
 		}
 	}
-	srv := httptest.NewServer(web.New(web.Options{
+	return webtest.NewWith(t, web.Options{
 		DB: db, AdminToken: adminToken, BodyLimit: 1024,
 		Admin:  []web.RoutesFunc{echoRoutes},
 		Queues: queue.NewAdmin(queue.AdminOpts{DB: db}),
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	}).Server
 }
 
 type errorBody struct {
@@ -226,11 +225,8 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 
 	t.Run("a database that cannot be written makes readyz 503 and the process keeps serving", func(t *testing.T) {
-		// The writer is a single connection, so query_only sticks to it: every
-		// write now fails as on a read-only file (root ignores file modes).
-		if _, err := db.Write.Exec(`pragma query_only = on`); err != nil {
-			t.Fatal(err)
-		}
+		// Every write now fails as on a read-only file.
+		allowWrites := storetest.RefuseWrites(t, db)
 		// Readiness is cached for a couple of seconds (so probes stay cheap):
 		// it turns within that time.
 		waitFor(t, 10*time.Second, "readyz 503 unavailable", func() bool {
@@ -240,9 +236,7 @@ func TestHealthAndReadiness(t *testing.T) {
 		if resp, _ := do(t, request(t, http.MethodGet, srv.URL+"/healthz", "", "")); resp.StatusCode != 200 {
 			t.Fatalf("healthz after: %d", resp.StatusCode)
 		}
-		if _, err := db.Write.Exec(`pragma query_only = off`); err != nil {
-			t.Fatal(err)
-		}
+		allowWrites()
 		waitFor(t, 10*time.Second, "readyz 200 after recovery", func() bool {
 			resp, _ := do(t, request(t, http.MethodGet, srv.URL+"/readyz", "", ""))
 			return resp.StatusCode == 200
@@ -320,11 +314,10 @@ func TestConsoleLogin(t *testing.T) {
 func TestAccessLogHidesBotTokens(t *testing.T) {
 	t.Parallel()
 	var buf syncBuffer
-	srv := httptest.NewServer(web.New(web.Options{
+	srv := webtest.NewWith(t, web.Options{
 		DB: storetest.New(t), AdminToken: adminToken,
 		Logger: slog.New(slog.NewTextHandler(&buf, nil)),
-	}))
-	t.Cleanup(srv.Close)
+	})
 	resp, err := http.Get(srv.URL + "/sandbox/telegram/bot123:AAsecretPART_x-y/getMe?token=" + adminToken)
 	if err != nil {
 		t.Fatal(err)

@@ -39,3 +39,19 @@ func NewWith(t testing.TB, opts store.Options) *store.DB {
 	}
 	return db
 }
+
+// RefuseWrites makes every write to db fail from now on, as on a read-only
+// file (root ignores file modes): query_only sticks to the writer, which is
+// one connection. The returned function lets writes through again.
+func RefuseWrites(tb testing.TB, db *store.DB) (allow func()) {
+	tb.Helper()
+	if _, err := db.Write.Exec(`pragma query_only = on`); err != nil {
+		tb.Fatal(err)
+	}
+	return func() {
+		tb.Helper()
+		if _, err := db.Write.Exec(`pragma query_only = off`); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}

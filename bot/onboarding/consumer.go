@@ -1,0 +1,359 @@
+package onboarding
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"switchyard/bot/contract"
+	"switchyard/queue"
+	"switchyard/store"
+)
+
+// runConsumer is the long-polling consumer loop: it runs consumer sessions
+// that hold the lease onboarding:outbox and long-poll the backend, and when
+// the lease is someone else's it waits for the next tick of the 10 s
+// schedule (poll nudges it) before trying again.
+func (o *Bot) runConsumer(ctx context.Context) {
+	for ctx.Err() == nil {
+		if o.session(ctx, true) {
+			continue
+		}
+		select {
+		case <-o.nudge:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// poll is the spec's scheduled cycle (OutboxConsumerService.poll, every 10 s
+// by gocron): if this process is not consuming already and the lease is
+// free, it drains what is pending and returns; otherwise it just returns.
+// Afterwards it nudges the long-polling loop, which takes over from there.
+func (o *Bot) poll(ctx context.Context) {
+	defer wake(o.nudge)
+	o.session(ctx, false)
+}
+
+// session is one consumer cycle under the single-flight locks: the process's
+// own (one cycle at a time here) and the lease onboarding:outbox (one process
+// at a time). It reports false when either was taken, without doing anything.
+// A draining session fetches until a page comes back short; a long-polling
+// one goes on, waiting up to LongPollWait for each page, until ctx ends or
+// the lease is lost. The lease is renewed after every page and released at
+// the end.
+func (o *Bot) session(ctx context.Context, longPoll bool) bool {
+	if !o.flight.TryLock() {
+		return false
+	}
+	defer o.flight.Unlock()
+	held, err := o.db.AcquireLease(ctx, OutboxLeaseName, o.owner, LeaseTTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			o.log.Error("take the outbox lease", slog.String("lease", OutboxLeaseName), slog.Any("err", err))
+		}
+		return false
+	}
+	if !held {
+		return false
+	}
+	defer func() {
+		rctx, cancel := workContext(ctx)
+		defer cancel()
+		if err := o.db.ReleaseLease(rctx, OutboxLeaseName, o.owner); err != nil {
+			o.log.Warn("release the outbox lease", slog.Any("err", err))
+		}
+	}()
+	failures := 0
+	for ctx.Err() == nil {
+		wait := time.Duration(0)
+		if longPoll {
+			wait = o.longPoll
+		}
+		began := time.Now()
+		n, perr := o.processOnce(ctx, wait)
+		if longPoll && perr == nil && n == 0 && time.Since(began) < wait/10 {
+			// The long-poll ended early with nothing (the backend is shutting
+			// down): do not spin.
+			if !sleepCtx(ctx, wait/10) {
+				break
+			}
+		}
+		if perr != nil && ctx.Err() == nil {
+			failures++
+			o.log.Warn("outbox cycle failed", slog.Int("failures", failures), slog.Any("err", perr))
+			if !longPoll || !sleepCtx(ctx, queue.RetryPolicy{MinBackoff: time.Second, MaxBackoff: o.longPoll}.Backoff(failures)) {
+				break
+			}
+		} else if perr == nil {
+			failures = 0
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		held, err := o.db.RenewLease(ctx, OutboxLeaseName, o.owner, LeaseTTL)
+		if err != nil || !held {
+			if ctx.Err() == nil {
+				o.log.Info("outbox lease lost; stopping this session", slog.Any("err", err))
+			}
+			break
+		}
+		if !longPoll && n < BATCH_LIMIT {
+			break
+		}
+	}
+	return true
+}
+
+// batchResult is what one processOnce decided, for the ack.
+type batchResult struct {
+	processed []contract.EventID
+	retry     []contract.EventID
+	errors    map[string]string
+	results   map[contract.EventID]eventResult
+	messages  int
+}
+
+// processOnce is the spec's processOnce: fetch up to BATCH_LIMIT events
+// (long-polling up to wait), group them by user (Event.UserKey) with each
+// group in id order, and handle them in one transaction in which every event
+// has its own savepoint: tryMark writes the event to the dedup ledger
+// bot_processed_events and the handler writes its effects — the funnel and
+// the outgoing-message records — beside it. An event already in the ledger
+// goes to processedIds without its handler; a handler error rolls back that
+// event alone, puts it in retryIds and stops its user's group, while other
+// users go on. One ack per batch follows the commit. It returns how many
+// events the page had.
+//
+// Once a page is in hand it is finished — handled, committed and acked —
+// even if ctx is cancelled meanwhile (bounded by workContext).
+func (o *Bot) processOnce(ctx context.Context, wait time.Duration) (int, error) {
+	events, err := o.backend.Pending(ctx, BATCH_LIMIT, wait)
+	if err != nil {
+		return 0, fmt.Errorf("fetch pending events: %w", err)
+	}
+	if len(events) == 0 {
+		return 0, nil
+	}
+	wctx, cancel := workContext(ctx)
+	defer cancel()
+
+	var res batchResult
+	err = o.db.Tx(wctx, func(tx *sql.Tx) error {
+		res = batchResult{errors: map[string]string{}, results: map[contract.EventID]eventResult{}}
+		now := o.db.Now()
+		for _, group := range groupByUser(events) {
+			for _, ev := range group {
+				r, fresh, herr, err := o.tryHandle(wctx, tx, ev, now)
+				if err != nil {
+					return err // the transaction itself broke: nothing of this batch is kept
+				}
+				if herr != nil {
+					res.retry = append(res.retry, ev.ID)
+					res.errors[strconv.FormatInt(int64(ev.ID), 10)] = herr.Error()
+					break // keep this user's order: the rest of the group waits
+				}
+				res.processed = append(res.processed, ev.ID)
+				if fresh {
+					res.results[ev.ID] = r
+					res.messages += r.Messages
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return len(events), fmt.Errorf("handle a batch of %d events: %w", len(events), err)
+	}
+	o.afterBatch(wctx, events, res)
+	if o.afterCommit != nil {
+		o.afterCommit(res.processed, res.retry)
+	}
+	req := contract.AckRequest{ProcessedIDs: res.processed, RetryIDs: res.retry}
+	if len(res.errors) > 0 {
+		req.Errors = res.errors
+	}
+	if _, err := o.backend.Ack(wctx, req); err != nil {
+		// Not lost: the events stay pending, and the ledger turns the next
+		// delivery of the handled ones into processedIds without their handlers.
+		return len(events), fmt.Errorf("ack %d processed and %d retried events: %w", len(res.processed), len(res.retry), err)
+	}
+	return len(events), nil
+}
+
+// tryHandle marks and handles one event inside its own savepoint of tx. fresh
+// reports that the handler ran (false: the ledger had the event already);
+// herr is the handler's failure, whose writes were rolled back; err means the
+// transaction can not go on.
+func (o *Bot) tryHandle(ctx context.Context, tx *sql.Tx, ev contract.Event, now time.Time) (r eventResult, fresh bool, herr, err error) {
+	if _, err := tx.ExecContext(ctx, `savepoint bot_event`); err != nil {
+		return eventResult{}, false, nil, fmt.Errorf("savepoint: %w", err)
+	}
+	rollback := func(cause error) (eventResult, bool, error, error) {
+		if _, err := tx.ExecContext(ctx, `rollback to bot_event`); err != nil {
+			return eventResult{}, false, nil, fmt.Errorf("roll back event %d after %v: %w", ev.ID, cause, err)
+		}
+		if _, err := tx.ExecContext(ctx, `release bot_event`); err != nil {
+			return eventResult{}, false, nil, fmt.Errorf("release savepoint: %w", err)
+		}
+		return eventResult{}, false, cause, nil
+	}
+	marked, err := tryMark(ctx, tx, ev, now)
+	if err != nil {
+		return rollback(err)
+	}
+	if marked {
+		if o.beforeHandle != nil {
+			if err := o.beforeHandle(ev); err != nil {
+				return rollback(err)
+			}
+		}
+		r, err = o.handleEvent(ctx, tx, ev, now)
+		if err != nil {
+			return rollback(err)
+		}
+		o.handled.Add(1)
+		if r.Outcome != outcomeHandled {
+			if _, err := tx.ExecContext(ctx, `update bot_processed_events set outcome = ? where outbox_event_id = ?`,
+				r.Outcome, int64(ev.ID)); err != nil {
+				return rollback(err)
+			}
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `release bot_event`); err != nil {
+		return eventResult{}, false, nil, fmt.Errorf("release savepoint: %w", err)
+	}
+	return r, marked, nil, nil
+}
+
+// tryMark is the spec's tryMark: it writes ev to the dedup ledger and reports
+// whether it was new.
+func tryMark(ctx context.Context, tx *sql.Tx, ev contract.Event, now time.Time) (bool, error) {
+	res, err := tx.ExecContext(ctx, `
+		insert into bot_processed_events (outbox_event_id, event_type, user_key, outcome, emitted_at, processed_at)
+		values (?, ?, ?, ?, ?, ?)
+		on conflict (outbox_event_id) do nothing`,
+		int64(ev.ID), string(ev.EventType), ev.UserKey(), outcomeHandled, store.TS(ev.CreatedAt), store.TS(now))
+	if err != nil {
+		return false, fmt.Errorf("mark event %d: %w", ev.ID, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// groupByUser groups a page by Event.UserKey, groups in the order they first
+// appear and each group sorted by id. Events about nobody are each their own group.
+func groupByUser(events []contract.Event) [][]contract.Event {
+	index := map[string]int{}
+	var groups [][]contract.Event
+	for _, ev := range events {
+		key := ev.UserKey()
+		i, ok := index[key]
+		if !ok || key == "" {
+			i = len(groups)
+			groups = append(groups, nil)
+			if key != "" {
+				index[key] = i
+			}
+		}
+		groups[i] = append(groups[i], ev)
+	}
+	for _, g := range groups {
+		slices.SortStableFunc(g, func(a, b contract.Event) int {
+			switch {
+			case a.ID < b.ID:
+				return -1
+			case a.ID > b.ID:
+				return 1
+			}
+			return 0
+		})
+	}
+	return groups
+}
+
+// afterBatch logs and counts a committed batch. (The DMs it recorded woke
+// the sender's queue workers by themselves.)
+func (o *Bot) afterBatch(ctx context.Context, events []contract.Event, res batchResult) {
+	now := o.db.Now()
+	retry := make(map[contract.EventID]bool, len(res.retry))
+	for _, id := range res.retry {
+		retry[id] = true
+	}
+	processed := make(map[contract.EventID]bool, len(res.processed))
+	for _, id := range res.processed {
+		processed[id] = true
+	}
+	for _, ev := range events {
+		attrs := []slog.Attr{slog.Int64("event_id", int64(ev.ID)), slog.String("event_type", string(ev.EventType)),
+			slog.String("user_id", ev.UserKey())}
+		switch r, fresh := res.results[ev.ID]; {
+		case retry[ev.ID]:
+			metricEventsHandled.WithLabelValues(string(ev.EventType), outcomeRetry).Inc()
+			o.log.LogAttrs(ctx, slog.LevelWarn, "outbox event failed; retried by the backend",
+				append(attrs, slog.String("outcome", outcomeRetry), slog.String("err", res.errors[strconv.FormatInt(int64(ev.ID), 10)]))...)
+		case fresh:
+			metricEventsHandled.WithLabelValues(string(ev.EventType), outcomeHandled).Inc()
+			metricEventLatency.Observe(now.Sub(ev.CreatedAt).Seconds())
+			o.log.LogAttrs(ctx, slog.LevelDebug, "outbox event handled", append(attrs, slog.String("outcome", r.Outcome))...)
+			if r.LeftLeader {
+				metricLeaderSwitches.Inc()
+				o.log.LogAttrs(ctx, slog.LevelWarn, "user registered under another leader than the one they arrived with",
+					append(attrs, slog.String("telegram_id", string(r.TelegramID)), slog.String("outcome", "left_leader"))...)
+			}
+			if r.Outcome == outcomeIgnored {
+				o.log.LogAttrs(ctx, slog.LevelWarn, "outbox event of a type this bot does not know; acked without effect", attrs...)
+			}
+		case processed[ev.ID]:
+			metricEventsHandled.WithLabelValues(string(ev.EventType), outcomeDuplicate).Inc()
+			o.log.LogAttrs(ctx, slog.LevelDebug, "outbox event was handled before; acked again", append(attrs, slog.String("outcome", outcomeDuplicate))...)
+		}
+	}
+}
+
+// PruneResult counts what a prune deleted.
+type PruneResult struct {
+	ProcessedEvents int64 `json:"processedEvents"`
+	Updates         int64 `json:"updates"`
+	Deliveries      int64 `json:"deliveries"`
+}
+
+// prune is the spec's ProcessedPruneService (daily at midnight): it deletes
+// bot_processed_events rows older than RETENTION_DAYS by the store's clock —
+// safe because the backend never hands out an acked event again — and, with
+// the same retention, handled Telegram updates and recorded deliveries. The
+// DMs that failed are DMQueue's dead letters, which stay until an operator
+// redrives or purges them.
+func (o *Bot) prune(ctx context.Context) (PruneResult, error) {
+	var res PruneResult
+	err := o.db.Tx(ctx, func(tx *sql.Tx) error {
+		cutoff := store.TS(o.db.Now().AddDate(0, 0, -RETENTION_DAYS))
+		for _, step := range []struct {
+			q string
+			n *int64
+		}{
+			{`delete from bot_processed_events where processed_at < ?`, &res.ProcessedEvents},
+			{`delete from bot_updates where status in ('done', 'failed') and done_at < ?`, &res.Updates},
+			{`delete from bot_deliveries where delivered_at < ?`, &res.Deliveries},
+		} {
+			r, err := tx.ExecContext(ctx, step.q, cutoff)
+			if err != nil {
+				return fmt.Errorf("prune: %w", err)
+			}
+			if *step.n, err = r.RowsAffected(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return PruneResult{}, err
+	}
+	o.log.Info("onboarding bot pruned", slog.Int64("processed_events", res.ProcessedEvents),
+		slog.Int64("updates", res.Updates), slog.Int64("deliveries", res.Deliveries), slog.Int("retention_days", RETENTION_DAYS))
+	return res, nil
+}

@@ -1,0 +1,67 @@
+package onboarding
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"switchyard/bot/backend"
+	"switchyard/bot/contract"
+)
+
+// backendTestSecret is BOT_TO_BACKEND_SECRET of the tests' backends.
+const backendTestSecret = "s3cret-shared-with-the-bot-0123456789"
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// emitMany writes n events of one target in one transaction.
+func emitMany(t testing.TB, o *backend.Outbox, n int, target backend.Target) []contract.EventID {
+	t.Helper()
+	ids := make([]contract.EventID, 0, n)
+	err := o.Tx(context.Background(), func(tx *sql.Tx) error {
+		for range n {
+			id, err := o.EmitTx(context.Background(), tx, backend.NewEvent{Type: contract.EventStatusNftActivated, Target: target, Payload: json.RawMessage(`{"level":"lp1"}`)})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func eventIDs(events []contract.Event) []contract.EventID {
+	ids := make([]contract.EventID, len(events))
+	for i, e := range events {
+		ids[i] = e.ID
+	}
+	return ids
+}
+
+func itoa[T ~int64](n T) string { return strconv.FormatInt(int64(n), 10) }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
