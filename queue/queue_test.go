@@ -823,7 +823,7 @@ func TestClosedDatabaseIsReleased(t *testing.T) {
 		}
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second * waitSlack):
+		case <-time.After(10 * time.Second * testwait.Slack):
 			t.Fatal("the message was not handled")
 		}
 		if err := w.Stop(ctx); err != nil {
@@ -835,7 +835,7 @@ func TestClosedDatabaseIsReleased(t *testing.T) {
 		return weak.Make(db)
 	}
 	wp := use()
-	eventually(t, 10*time.Second, "the closed database to be collected", func() bool {
+	testwait.Until(t, 10*time.Second, "the closed database to be collected", func() bool {
 		runtime.GC()
 		return wp.Value() == nil
 	})
