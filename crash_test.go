@@ -19,6 +19,7 @@ import (
 
 	"switchyard/loadtest"
 	"switchyard/telegram/fakebot"
+	"switchyard/testwait"
 )
 
 // The crash suite starts the real binary, runs mixed load on all three flows,
@@ -133,13 +134,7 @@ func crashRounds(t *testing.T, faults []fakebot.Fault) {
 	// Drain: a send claimed when the process died is retried once its claim
 	// (30 s) runs out, so allow for that.
 	v := &verifier{t: t, base: base}
-	deadline := time.Now().Add(150 * time.Second)
-	for !v.drained(acc) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not drained within 150 s: %s", v.lastWhy)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	testwait.Until(t, 50*time.Second, "drained", func() bool { return v.drained(acc) }, func() string { return v.lastWhy })
 	v.checkWebhooks(acc.items[loadtest.PathWebhook])
 	v.checkTopic(acc.items[loadtest.PathTopic])
 	v.checkOutbox(acc.items[loadtest.PathOutbox], fake, faults != nil)

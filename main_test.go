@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"switchyard/testwait"
 )
 
 var (
@@ -142,18 +144,14 @@ func (p *process) stop(t *testing.T) {
 
 func waitHealthy(t *testing.T, base string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	testwait.Until(t, 10*time.Second, base+"/healthz to answer 200", func() bool {
 		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s/healthz did not answer 200 within 10 s", base)
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
 }
 
 func TestServe(t *testing.T) {

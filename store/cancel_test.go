@@ -11,6 +11,7 @@ import (
 
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 // slowInsert computes for a while inside an INSERT, so that a cancellation
@@ -200,11 +201,6 @@ func runCancellationRound(t *testing.T, db *store.DB, rng *rand.Rand, round int)
 // waitQueued waits until n transaction functions wait for the writer.
 func waitQueued(t *testing.T, db *store.DB, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for store.QueuedTx(db) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d callers queued", store.QueuedTx(db), n)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	testwait.Until(t, 10*time.Second, fmt.Sprintf("%d callers queued", n), func() bool { return store.QueuedTx(db) >= n },
+		func() string { return fmt.Sprintf("%d queued", store.QueuedTx(db)) })
 }

@@ -17,6 +17,7 @@ import (
 
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 // exclusiveRunner is one RunExclusive call running in the background, with
@@ -159,16 +160,12 @@ func (l *logLines) records(t *testing.T, msg string) []map[string]any {
 // waitLog waits until the log holds a record with message msg.
 func (r *exclusiveRunner) waitLog(t *testing.T, msg string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if recs := r.logs.records(t, msg); len(recs) > 0 {
-			return recs[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never logged %q; its log:\n%s", r.owner, msg, r.logs)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var recs []map[string]any
+	testwait.Until(t, 10*time.Second, r.owner+" to log "+msg, func() bool {
+		recs = r.logs.records(t, msg)
+		return len(recs) > 0
+	}, func() string { return "its log:\n" + r.logs.String() })
+	return recs[0]
 }
 
 func readLease(t *testing.T, db *store.DB, name string) store.Lease {

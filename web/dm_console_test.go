@@ -17,6 +17,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
+	"switchyard/testwait"
 	"switchyard/web"
 )
 
@@ -57,7 +58,7 @@ func TestOnboardingDMsOnTheQueuesPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	row := "queue-" + onboarding.DMQueue
-	waitFor(t, 10*time.Second, "the refused DM dead on the Queues page", func() bool {
+	testwait.Until(t, 10*time.Second, "the refused DM dead on the Queues page", func() bool {
 		return trimmed(tid(c.get(t, "/admin/queues", http.StatusOK), row).Find(`[data-testid="dead"]`)) == "1"
 	})
 	doc := c.get(t, "/admin/bot", http.StatusOK)
@@ -75,13 +76,13 @@ func TestOnboardingDMsOnTheQueuesPage(t *testing.T) {
 	if _, err := fake.Bot(token).Send(telego.User{ID: 6003, FirstName: "Carol"}, "привет"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the bot's answer to her", func() bool { return botSaid(fake, token, 6003, "Я понимаю команды") })
+	testwait.Until(t, 10*time.Second, "the bot's answer to her", func() bool { return botSaid(fake, token, 6003, "Я понимаю команды") })
 	landed, flash := c.act(t, action, url.Values{"id": {id}, "back": {"/admin/bot"}})
 	if landed != "/admin/bot" || !strings.Contains(trimmed(flash), "Redrove 1 dead letter") {
 		t.Fatalf("redrive landed on %s: %q", landed, trimmed(flash))
 	}
-	waitFor(t, 10*time.Second, "the redriven DM delivered", func() bool { return botSaid(fake, token, 6003, "Кошелёк EQcarol подключён") })
-	waitFor(t, 10*time.Second, "onboarding.dm empty", func() bool {
+	testwait.Until(t, 10*time.Second, "the redriven DM delivered", func() bool { return botSaid(fake, token, 6003, "Кошелёк EQcarol подключён") })
+	testwait.Until(t, 10*time.Second, "onboarding.dm empty", func() bool {
 		q := tid(c.get(t, "/admin/queues", http.StatusOK), row)
 		return trimmed(q.Find(`[data-testid="dead"]`)) == "0" && trimmed(q.Find(`[data-testid="depth"]`)) == "0"
 	})

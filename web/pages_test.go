@@ -27,6 +27,7 @@ import (
 	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
 	"switchyard/telegram/sandbox"
+	"switchyard/testwait"
 	"switchyard/web"
 	"switchyard/web/webtest"
 )
@@ -112,24 +113,6 @@ func tid(doc *goquery.Document, id string) *goquery.Selection {
 }
 
 func trimmed(s *goquery.Selection) string { return strings.TrimSpace(s.Text()) }
-
-// waitSlack stretches every wait's deadline: CI runs all packages' tests at
-// once on two cores, and a passing wait returns as soon as its condition holds.
-const waitSlack = 3
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within * waitSlack)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		<-tick.C
-	}
-}
 
 // deadEvent emits a registered event and retries it until the outbox
 // dead-letters it (BOT_OUTBOX_MAX_ATTEMPTS retries, the clock moved past
@@ -326,7 +309,7 @@ func TestQueueConsole(t *testing.T) {
 	}
 	w := failing.Start(ctx, queue.WorkerOpts{Handler: failingHandler, PollInterval: 10 * time.Millisecond})
 	var dead []queue.DeadLetter
-	waitFor(t, 10*time.Second, "a dead letter", func() bool {
+	testwait.Until(t, 10*time.Second, "a dead letter", func() bool {
 		dead, _ = qa.ListDead(ctx, queue.DeadFilter{Queue: "console.failing"})
 		return len(dead) == 1
 	})
@@ -445,7 +428,7 @@ func TestReferralConsole(t *testing.T) {
 		identityEvent("6f1c1a52-0000-4000-8000-000000000001", ownerID, "Agent", "+79990001234", nil)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the owner's replica", func() bool {
+	testwait.Until(t, 10*time.Second, "the owner's replica", func() bool {
 		_, err := ref.Replica(ctx, ownerID)
 		return err == nil
 	})
@@ -490,7 +473,7 @@ func TestReferralConsole(t *testing.T) {
 			identityEvent("6f1c1a52-0000-4000-8000-000000000002", referred, "Investor", "+79990005678", &slug)); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the bond", func() bool {
+		testwait.Until(t, 10*time.Second, "the bond", func() bool {
 			r, _ := ref.MyReferrer(ctx, referral.UserID(referred))
 			return r.HasReferrer
 		})
@@ -506,7 +489,7 @@ func TestReferralConsole(t *testing.T) {
 			t.Fatal(err)
 		}
 		var doc *goquery.Document
-		waitFor(t, 10*time.Second, "the DLQ entry on the page", func() bool {
+		testwait.Until(t, 10*time.Second, "the DLQ entry on the page", func() bool {
 			doc = c.get(t, "/admin/referral", http.StatusOK)
 			return tid(doc, "dead-list").Find("li").Length() == 1
 		})
@@ -567,7 +550,7 @@ func TestChatConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	var thread *goquery.Selection
-	waitFor(t, 10*time.Second, "the thread in the inbox", func() bool {
+	testwait.Until(t, 10*time.Second, "the thread in the inbox", func() bool {
 		thread = tid(c.get(t, "/admin/chat", http.StatusOK), "inbox").Find("li")
 		return thread.Length() == 1
 	})
@@ -584,7 +567,7 @@ func TestChatConsole(t *testing.T) {
 		if !strings.Contains(trimmed(flash), "queued") {
 			t.Fatalf("flash %q", trimmed(flash))
 		}
-		waitFor(t, 10*time.Second, "the reply sent", func() bool {
+		testwait.Until(t, 10*time.Second, "the reply sent", func() bool {
 			msgs := tid(c.get(t, href, http.StatusOK), "messages").Find("li.out")
 			return msgs.Length() == 1 && trimmed(msgs.Find(`[data-testid="status"]`)) == "sent"
 		})
@@ -601,7 +584,7 @@ func TestChatConsole(t *testing.T) {
 	t.Run("a failed delivery stands out in the thread and the inbox", func(t *testing.T) {
 		fake.AddFault(fakebot.Fault{Kind: fakebot.FaultBlocked, Method: "sendMessage"})
 		c.act(t, href+"/reply", url.Values{"text": {"are you there?"}})
-		waitFor(t, 10*time.Second, "the failed reply", func() bool {
+		testwait.Until(t, 10*time.Second, "the failed reply", func() bool {
 			return tid(c.get(t, href, http.StatusOK), "messages").Find("li.failed").Length() == 1
 		})
 		doc := c.get(t, href, http.StatusOK)

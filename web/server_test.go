@@ -21,6 +21,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 	"switchyard/web"
 	"switchyard/web/webtest"
 )
@@ -229,7 +230,7 @@ func TestHealthAndReadiness(t *testing.T) {
 		allowWrites := storetest.RefuseWrites(t, db)
 		// Readiness is cached for a couple of seconds (so probes stay cheap):
 		// it turns within that time.
-		waitFor(t, 10*time.Second, "readyz 503 unavailable", func() bool {
+		testwait.Until(t, 10*time.Second, "readyz 503 unavailable", func() bool {
 			resp, eb := do(t, request(t, http.MethodGet, srv.URL+"/readyz", "", ""))
 			return resp.StatusCode == 503 && eb.Error.Code == "unavailable"
 		})
@@ -237,7 +238,7 @@ func TestHealthAndReadiness(t *testing.T) {
 			t.Fatalf("healthz after: %d", resp.StatusCode)
 		}
 		allowWrites()
-		waitFor(t, 10*time.Second, "readyz 200 after recovery", func() bool {
+		testwait.Until(t, 10*time.Second, "readyz 200 after recovery", func() bool {
 			resp, _ := do(t, request(t, http.MethodGet, srv.URL+"/readyz", "", ""))
 			return resp.StatusCode == 200
 		})

@@ -15,6 +15,7 @@ import (
 	"switchyard/bot/contract"
 	"switchyard/migrations"
 	"switchyard/store"
+	"switchyard/testwait"
 )
 
 // emitMany writes n events of one target in one transaction.
@@ -208,7 +209,7 @@ func TestPendingWait(t *testing.T) {
 			e.call(t, "GET", "/bot/events/pending?wait=20", nil, 200, &res)
 			got <- res.Events
 		}()
-		waitFor(t, func() bool { return waiters(e) == 1 })
+		testwait.Until(t, 10*time.Second, "the long poll to sleep", func() bool { return waiters(e) == 1 })
 		start := time.Now()
 		id, err := e.b.Outbox().EmitRegistered(context.Background(), Target{MagnetUID: 3}, contract.RegisteredPayload{})
 		if err != nil {
@@ -236,7 +237,7 @@ func TestPendingWait(t *testing.T) {
 			e.call(t, "GET", "/bot/events/pending?wait=20", nil, 200, &res)
 			got <- res.Events
 		}()
-		waitFor(t, func() bool { return waiters(e) == 1 })
+		testwait.Until(t, 10*time.Second, "the long poll to sleep", func() bool { return waiters(e) == 1 })
 		// Another process's emit: committed without this process's notifier.
 		err := e.db.Tx(context.Background(), func(tx *sql.Tx) error {
 			_, err := e.b.Outbox().EmitTx(context.Background(), tx, NewEvent{Type: contract.EventNewPartner, Target: Target{MagnetUID: 4}})
@@ -290,7 +291,7 @@ func TestPendingWait(t *testing.T) {
 			_, err := e.b.Outbox().WaitPending(ctx, 10, 30*time.Second)
 			done <- err
 		}()
-		waitFor(t, func() bool { return waiters(e) == 1 })
+		testwait.Until(t, 10*time.Second, "the long poll to sleep", func() bool { return waiters(e) == 1 })
 		cancel()
 		select {
 		case err := <-done:
@@ -311,7 +312,7 @@ func TestPendingWait(t *testing.T) {
 			e.call(t, "GET", "/bot/events/pending?wait=30", nil, 200, &res)
 			got <- res.Events
 		}()
-		waitFor(t, func() bool { return waiters(e) == 1 })
+		testwait.Until(t, 10*time.Second, "the long poll to sleep", func() bool { return waiters(e) == 1 })
 		e.b.Shutdown()
 		select {
 		case events := <-got:
@@ -339,22 +340,6 @@ func TestPendingWait(t *testing.T) {
 
 // waiters counts the long-polls of e that found nothing and sleep.
 func waiters(e *backendEnv) int { return int(e.b.outbox.idle.Load()) }
-
-// waitSlack stretches every wait's deadline: CI runs all packages' tests at
-// once on two cores, and a passing wait returns as soon as its condition holds.
-const waitSlack = 3
-
-// waitFor polls cond until it holds or a deadline passes.
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second * waitSlack)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 30 s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 func TestDecideRetry(t *testing.T) {
 	t.Parallel()

@@ -22,6 +22,7 @@ import (
 	"switchyard/store/storetest"
 	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
+	"switchyard/testwait"
 )
 
 // onboardingTestBotID is the onboarding bot's id at the fake Bot API.
@@ -172,15 +173,7 @@ func (e *onbEnv) waitFake(what string, cond func() bool) {
 // waitDB polls cond (a database check) until it holds, up to 15 s.
 func (e *onbEnv) waitDB(what string, cond func() bool) {
 	e.t.Helper()
-	// Generous: CI runs every package's tests at once on two cores; a passing
-	// run returns as soon as cond holds.
-	deadline := time.Now().Add(45 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("waiting for %s: not within 45 s\nlogs:\n%s", what, tail(e.logs.String(), 40))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(e.t, 15*time.Second, what, cond, func() string { return "logs:\n" + tail(e.logs.String(), 40) })
 }
 
 func tail(s string, n int) string {
