@@ -18,7 +18,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/authlimit"
-	"switchyard/httpjson"
+	"switchyard/httpjson/httpjsontest"
 	"switchyard/store"
 	"switchyard/store/storetest"
 )
@@ -37,57 +37,11 @@ func fuzzDB(tb testing.TB) *store.DB {
 	return storetest.NewWith(tb, store.Options{Synchronous: store.SyncNormal})
 }
 
-// fuzzRouter is a router with the web package's JSON answers for unmatched
-// routes, so that every answer a fuzz target sees is the app's own.
-func fuzzRouter(mounts ...func(r *mux.Router)) *mux.Router {
-	r := mux.NewRouter()
-	r.NotFoundHandler = httpjson.NotFoundHandler
-	r.MethodNotAllowedHandler = httpjson.MethodNotAllowedHandler
-	for _, m := range mounts {
-		m(r)
-	}
-	return r
-}
-
-// fuzzDo serves one request on h in-process. A panic is not recovered: it
-// fails the fuzz target with the input that caused it.
+// fuzzDo serves one request on h in-process, target being the path and
+// the query as one string.
 func fuzzDo(h http.Handler, method, target string, header http.Header, body []byte) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, "http://switchyard.test/", bytes.NewReader(body))
-	req.URL.Path, req.URL.RawQuery, _ = strings.Cut(target, "?")
-	req.RequestURI = ""
-	for k, vs := range header {
-		req.Header[k] = vs
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
-
-// checkRefusal fails unless rec is a 4xx whose body is the JSON error shape,
-// or a success. It never accepts a 5xx. It reports whether rec was refused.
-func checkRefusal(t *testing.T, what string, rec *httptest.ResponseRecorder) (refused bool) {
-	t.Helper()
-	switch {
-	case rec.Code >= 500:
-		t.Fatalf("%s: %d for bad input, want a 4xx: %s", what, rec.Code, rec.Body)
-	case rec.Code >= 400:
-		var e struct {
-			Error *struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-			t.Fatalf("%s: %d answered as %q, want JSON: %s", what, rec.Code, ct, rec.Body)
-		}
-		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == nil || e.Error.Code == "" || e.Error.Message == "" {
-			t.Fatalf("%s: %d body is not {\"error\":{\"code\",\"message\"}}: %s", what, rec.Code, rec.Body)
-		}
-		return true
-	case rec.Code < 200:
-		t.Fatalf("%s: status %d", what, rec.Code)
-	}
-	return false
+	path, query, _ := strings.Cut(target, "?")
+	return httpjsontest.Do(h, method, path, query, header, body)
 }
 
 // telegramSeeds are realistic updates of every type the chat role reads,
@@ -204,12 +158,12 @@ func FuzzInboundWebhook(f *testing.F) {
 	// A fuzzer guesses far more than authlimit's five: every guess is checked.
 	unthrottled := authlimit.New(authlimit.Opts{Free: math.MaxInt32})
 	in := NewInbound(InboundOpts{DB: db, Token: inboxToken, WebhookSecret: testSecret, MaxUpdateBytes: fuzzMaxUpdateBytes, AuthLimiter: unthrottled})
-	h := fuzzRouter(in.Routes)
+	h := httpjsontest.Router(in.Routes)
 	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, secret string, body []byte) {
 		before := commits.Version(t)
 		rec := fuzzDo(h, http.MethodPost, WebhookPath, http.Header{WebhookSecretHeader: {secret}, "Content-Type": {"application/json"}}, body)
-		refused := checkRefusal(t, "webhook", rec)
+		refused := httpjsontest.CheckRefusal(t, "webhook", rec)
 		if secret != testSecret && rec.Code != http.StatusUnauthorized {
 			t.Fatalf("secret %q: %d, want 401", secret, rec.Code)
 		}
@@ -273,7 +227,7 @@ func FuzzAdminBodies(f *testing.F) {
 	db := fuzzDB(f)
 	admin := NewAdmin(AdminOpts{DB: db})
 	thread := seedThread(f, db)
-	h := fuzzRouter(func(r *mux.Router) { admin.AdminRoutes(r.PathPrefix("/admin/api").Subrouter()) })
+	h := httpjsontest.Router(func(r *mux.Router) { admin.AdminRoutes(r.PathPrefix("/admin/api").Subrouter()) })
 	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, route uint8, threadID int64, body []byte) {
 		method, path := http.MethodPost, fmt.Sprintf("/admin/api/omni/threads/%d/messages", threadID)
@@ -285,7 +239,7 @@ func FuzzAdminBodies(f *testing.F) {
 		}
 		before := commits.Version(t)
 		rec := fuzzDo(h, method, path, http.Header{"Content-Type": {"application/json"}}, body)
-		if checkRefusal(t, method+" "+path, rec) {
+		if httpjsontest.CheckRefusal(t, method+" "+path, rec) {
 			if after := commits.Version(t); after != before {
 				t.Fatalf("%s %s refused with %d %s but changed the database", method, path, rec.Code, rec.Body)
 			}

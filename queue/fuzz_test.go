@@ -8,12 +8,12 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path"
-	"strings"
 	"testing"
 
 	"github.com/gorilla/mux"
 
 	"switchyard/httpjson"
+	"switchyard/httpjson/httpjsontest"
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
@@ -87,16 +87,7 @@ func FuzzTopicPublish(f *testing.F) {
 		rec := httptest.NewRecorder()
 		r.ServeHTTP(rec, req)
 		switch {
-		case rec.Code >= 500:
-			t.Fatalf("%d for bad input, want a 4xx: %s", rec.Code, rec.Body)
-		case rec.Code >= 400:
-			var e struct {
-				Error *struct{ Code, Message string } `json:"error"`
-			}
-			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == nil || e.Error.Code == "" || e.Error.Message == "" ||
-				!strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
-				t.Fatalf("%d body is not {\"error\":{\"code\",\"message\"}}: %s", rec.Code, rec.Body)
-			}
+		case httpjsontest.CheckRefusal(t, "a topic publish", rec):
 			if after := version(t); after != before {
 				t.Fatalf("refused with %d %s but changed the database", rec.Code, rec.Body)
 			}

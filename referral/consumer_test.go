@@ -262,7 +262,7 @@ func TestBondAndEvents(t *testing.T) {
 	})
 	t.Run("every log line about the event carries its correlation id and no name or phone", func(t *testing.T) {
 		n := 0
-		for _, l := range h.logs.lines() {
+		for _, l := range h.logs.Lines() {
 			if l["message_id"] != ev.MessageID {
 				continue
 			}

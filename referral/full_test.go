@@ -21,7 +21,7 @@ func TestFullDatabase(t *testing.T) {
 	t.Run("the consumer group commits nothing it could not write, charges no attempt for it, and consumes every event once once room is back", func(t *testing.T) {
 		t.Parallel()
 		db := storetest.New(t)
-		logs := &syncBuffer{}
+		logs := &testwait.Buffer{}
 		svc, err := New(context.Background(), Opts{DB: db, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 			Retry: queue.RetryPolicy{MaxAttempts: 3, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}})
 		if err != nil {

@@ -1,7 +1,6 @@
 package referral
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,7 +24,7 @@ type harness struct {
 	t    testing.TB
 	db   *store.DB
 	svc  *Service
-	logs *syncBuffer
+	logs *testwait.Buffer
 	stop func()
 }
 
@@ -51,7 +50,7 @@ func newHarness(t testing.TB, opts harnessOpts) *harness {
 	if db == nil {
 		db = storetest.NewWith(t, store.Options{Synchronous: opts.Sync})
 	}
-	logs := &syncBuffer{}
+	logs := &testwait.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if opts.Quiet {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -203,41 +202,6 @@ func (h *harness) markOutcome(t MessageType, msgID string) Outcome {
 		return ""
 	}
 	return Outcome(o)
-}
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the JSON log lines decoded.
-func (b *syncBuffer) lines() []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range bytes.Split(b.buf.Bytes(), []byte("\n")) {
-		if len(l) == 0 {
-			continue
-		}
-		var m map[string]any
-		if json.Unmarshal(l, &m) == nil {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 var seq atomic.Int64

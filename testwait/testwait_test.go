@@ -48,3 +48,25 @@ func TestUntil(t *testing.T) {
 		}
 	})
 }
+
+func TestBuffer(t *testing.T) {
+	t.Parallel()
+	var b testwait.Buffer
+	done := make(chan struct{})
+	for i := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			fmt.Fprintf(&b, "{\"n\":%d}\n", i)
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	fmt.Fprintln(&b, "not json")
+	if n := len(b.Lines()); n != 4 {
+		t.Fatalf("%d JSON lines of %q, want 4", n, b.String())
+	}
+	if !strings.Contains(b.String(), "not json") {
+		t.Fatalf("String lost a line: %q", b.String())
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -314,7 +313,7 @@ func TestConsoleLogin(t *testing.T) {
 
 func TestAccessLogHidesBotTokens(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf testwait.Buffer
 	srv := webtest.NewWith(t, web.Options{
 		DB: storetest.New(t), AdminToken: adminToken,
 		Logger: slog.New(slog.NewTextHandler(&buf, nil)),
@@ -328,21 +327,4 @@ func TestAccessLogHidesBotTokens(t *testing.T) {
 	if !strings.Contains(logged, "/bot123:<token>/getMe") || strings.Contains(logged, "AAsecretPART") || strings.Contains(logged, adminToken) {
 		t.Fatalf("access log shows a secret or lost the path:\n%s", logged)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

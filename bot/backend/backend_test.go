@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"switchyard/bot/contract"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 const backendTestSecret = "s3cret-shared-with-the-bot-0123456789"
@@ -31,30 +31,13 @@ type backendEnv struct {
 	b      *Service
 	router *mux.Router
 	srv    *httptest.Server
-	logs   *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
+	logs   *testwait.Buffer
 }
 
 func newBackendEnv(t testing.TB, opts ...func(*Opts)) *backendEnv {
 	t.Helper()
 	db, clock := storetest.NewWithClock(t)
-	logs := &lockedBuffer{}
+	logs := &testwait.Buffer{}
 	o := Opts{
 		DB:           db,
 		Secret:       backendTestSecret,

@@ -1,7 +1,6 @@
 package backend
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -14,7 +13,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/bot/contract"
-	"switchyard/httpjson"
+	"switchyard/httpjson/httpjsontest"
 	"switchyard/store"
 	"switchyard/store/storetest"
 )
@@ -31,58 +30,6 @@ import (
 func fuzzDB(tb testing.TB) *store.DB {
 	tb.Helper()
 	return storetest.NewWith(tb, store.Options{Synchronous: store.SyncNormal})
-}
-
-// fuzzRouter is a router with the web package's JSON answers for unmatched
-// routes, so that every answer a fuzz target sees is the app's own.
-func fuzzRouter(mounts ...func(r *mux.Router)) *mux.Router {
-	r := mux.NewRouter()
-	r.NotFoundHandler = httpjson.NotFoundHandler
-	r.MethodNotAllowedHandler = httpjson.MethodNotAllowedHandler
-	for _, m := range mounts {
-		m(r)
-	}
-	return r
-}
-
-// fuzzDo serves one request on h in-process; rawQuery goes to the URL as it
-// is. A panic is not recovered: it fails the target with its input.
-func fuzzDo(h http.Handler, method, path, rawQuery string, header http.Header, body []byte) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, "http://switchyard.test/", bytes.NewReader(body))
-	req.URL.Path, req.URL.RawQuery = path, rawQuery
-	for k, vs := range header {
-		req.Header[k] = vs
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
-
-// checkRefusal fails on a 5xx, and on a 4xx whose body is not the JSON error
-// shape. It reports whether rec was refused (4xx).
-func checkRefusal(t *testing.T, what string, rec *httptest.ResponseRecorder) (refused bool) {
-	t.Helper()
-	switch {
-	case rec.Code >= 500:
-		t.Fatalf("%s: %d for bad input, want a 4xx: %s", what, rec.Code, rec.Body)
-	case rec.Code >= 400:
-		var e struct {
-			Error *struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-			t.Fatalf("%s: %d answered as %q, want JSON: %s", what, rec.Code, ct, rec.Body)
-		}
-		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == nil || e.Error.Code == "" || e.Error.Message == "" {
-			t.Fatalf("%s: %d body is not {\"error\":{\"code\",\"message\"}}: %s", what, rec.Code, rec.Body)
-		}
-		return true
-	case rec.Code < 200:
-		t.Fatalf("%s: status %d", what, rec.Code)
-	}
-	return false
 }
 
 var botAuth = http.Header{"Authorization": {"Bearer " + backendTestSecret}, "Content-Type": {"application/json"}}
@@ -103,7 +50,7 @@ func fuzzOutbox(tb testing.TB) (*store.DB, *Service, http.Handler) {
 			tb.Fatal(err)
 		}
 	}
-	return db, b, fuzzRouter(b.Routes, func(r *mux.Router) { b.AdminRoutes(r.PathPrefix("/admin/api").Subrouter()) })
+	return db, b, httpjsontest.Router(b.Routes, func(r *mux.Router) { b.AdminRoutes(r.PathPrefix("/admin/api").Subrouter()) })
 }
 
 // resetOutbox puts every event back to new, so each run of a target starts
@@ -165,8 +112,8 @@ func FuzzAckBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		resetOutbox(t, db)
 		before := commits.Version(t)
-		rec := fuzzDo(h, http.MethodPost, "/bot/events/ack", "", botAuth, body)
-		if checkRefusal(t, "ack", rec) {
+		rec := httpjsontest.Do(h, http.MethodPost, "/bot/events/ack", "", botAuth, body)
+		if httpjsontest.CheckRefusal(t, "ack", rec) {
 			if after := commits.Version(t); after != before {
 				t.Fatalf("a refused ack (%d %s) changed the outbox", rec.Code, rec.Body)
 			}
@@ -206,8 +153,8 @@ func FuzzPendingQuery(f *testing.F) {
 	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, query string) {
 		before := commits.Version(t)
-		rec := fuzzDo(h, http.MethodGet, "/bot/events/pending", query, botAuth, nil)
-		refused := checkRefusal(t, "pending?"+query, rec)
+		rec := httpjsontest.Do(h, http.MethodGet, "/bot/events/pending", query, botAuth, nil)
+		refused := httpjsontest.CheckRefusal(t, "pending?"+query, rec)
 		if after := commits.Version(t); after != before {
 			t.Fatalf("pending?%s (%d) wrote to the database", query, rec.Code)
 		}
@@ -293,8 +240,8 @@ func FuzzAdminBodies(f *testing.F) {
 			path = fmt.Sprintf(path, uid)
 		}
 		before := commits.Version(t)
-		rec := fuzzDo(h, http.MethodPost, path, "", http.Header{"Content-Type": {"application/json"}}, body)
-		if checkRefusal(t, "POST "+path, rec) {
+		rec := httpjsontest.Do(h, http.MethodPost, path, "", http.Header{"Content-Type": {"application/json"}}, body)
+		if httpjsontest.CheckRefusal(t, "POST "+path, rec) {
 			if after := commits.Version(t); after != before {
 				t.Fatalf("POST %s refused with %d %s but changed the database", path, rec.Code, rec.Body)
 			}
@@ -352,8 +299,8 @@ func FuzzContractBodies(f *testing.F) {
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
 		path := contractBodyRoutes[int(route)%len(contractBodyRoutes)]
 		before := commits.Version(t)
-		rec := fuzzDo(h, http.MethodPost, path, "", botAuth, body)
-		if checkRefusal(t, "POST "+path, rec) {
+		rec := httpjsontest.Do(h, http.MethodPost, path, "", botAuth, body)
+		if httpjsontest.CheckRefusal(t, "POST "+path, rec) {
 			if after := commits.Version(t); after != before {
 				t.Fatalf("POST %s refused with %d %s but changed the database", path, rec.Code, rec.Body)
 			}

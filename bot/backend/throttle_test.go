@@ -5,25 +5,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
 	"switchyard/authlimit"
 	"switchyard/bot/contract"
+	"switchyard/httpjson/httpjsontest"
 )
-
-// serveFrom serves one request from the client address addr.
-func serveFrom(h http.Handler, addr, method, path string, header http.Header, body string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
-	req.RemoteAddr = addr
-	for k, vs := range header {
-		req.Header[k] = vs
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
 
 func TestAuthThrottle(t *testing.T) {
 	t.Parallel()
@@ -37,22 +25,22 @@ func TestAuthThrottle(t *testing.T) {
 			o.AuthLimiter = authlimit.New(authlimit.Opts{Now: func() time.Time { return e.clock.Now() }})
 		})
 		for i := range 5 {
-			if rec := serveFrom(e.router, guesser, "GET", "/bot/user/state?telegramId=1", bearer("wrong-secret-guess"), ""); rec.Code != http.StatusUnauthorized {
+			if rec := httpjsontest.DoFrom(e.router, guesser, "GET", "/bot/user/state?telegramId=1", bearer("wrong-secret-guess"), ""); rec.Code != http.StatusUnauthorized {
 				t.Fatalf("wrong secret %d: %d", i+1, rec.Code)
 			}
 		}
-		rec := serveFrom(e.router, guesser, "GET", "/bot/user/state?telegramId=1", bearer(backendTestSecret), "")
+		rec := httpjsontest.DoFrom(e.router, guesser, "GET", "/bot/user/state?telegramId=1", bearer(backendTestSecret), "")
 		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" || errorCode(t, rec.Body.Bytes()) != "too_many_attempts" {
 			t.Fatalf("the right secret from a throttled client: %d Retry-After %q %s", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
 		}
-		if rec := serveFrom(e.router, neighbour, "GET", "/bot/user/state?telegramId=1", bearer(backendTestSecret), ""); rec.Code == http.StatusUnauthorized || rec.Code == http.StatusTooManyRequests {
+		if rec := httpjsontest.DoFrom(e.router, neighbour, "GET", "/bot/user/state?telegramId=1", bearer(backendTestSecret), ""); rec.Code == http.StatusUnauthorized || rec.Code == http.StatusTooManyRequests {
 			t.Fatalf("another address: %d", rec.Code)
 		}
 		e.clock.Advance(time.Second)
-		if rec := serveFrom(e.router, guesser, "GET", "/bot/user/state?telegramId=1", bearer(backendTestSecret), ""); rec.Code == http.StatusUnauthorized || rec.Code == http.StatusTooManyRequests {
+		if rec := httpjsontest.DoFrom(e.router, guesser, "GET", "/bot/user/state?telegramId=1", bearer(backendTestSecret), ""); rec.Code == http.StatusUnauthorized || rec.Code == http.StatusTooManyRequests {
 			t.Fatalf("the right secret after the wait: %d", rec.Code)
 		}
-		if rec := serveFrom(e.router, guesser, "GET", "/bot/user/state?telegramId=1", bearer("wrong-secret-guess"), ""); rec.Code != http.StatusUnauthorized {
+		if rec := httpjsontest.DoFrom(e.router, guesser, "GET", "/bot/user/state?telegramId=1", bearer("wrong-secret-guess"), ""); rec.Code != http.StatusUnauthorized {
 			t.Fatalf("a wrong secret after a success: %d, want 401 (the count was reset)", rec.Code)
 		}
 	})

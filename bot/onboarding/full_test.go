@@ -10,6 +10,7 @@ import (
 
 	"switchyard/bot/backend"
 	"switchyard/bot/contract"
+	"switchyard/httpjson/httpjsontest"
 	"switchyard/store/storetest"
 )
 
@@ -65,11 +66,11 @@ func TestFullDatabase(t *testing.T) {
 		const secret = "full-webhook_SECRET"
 		e := newOnbEnv(t)
 		ob := e.newBot(e.db, func(o *Opts) { o.Updates, o.WebhookSecret = UpdatesWebhook, secret })
-		h := fuzzRouter(ob.Routes)
+		h := httpjsontest.Router(ob.Routes)
 		post := func(id int) int {
 			body := fmt.Sprintf(`{"update_id":%d,"message":{"message_id":%d,"from":{"id":%d,"is_bot":false,"first_name":"A"},`+
 				`"chat":{"id":%d,"type":"private"},"date":1771668000,"text":"%s"}}`, id, id, 9000+id%3, 9000+id%3, strings.Repeat("y", 400))
-			return fuzzDo(h, http.MethodPost, "/webhooks/bot", "", http.Header{"X-Telegram-Bot-Api-Secret-Token": {secret}, "Content-Type": {"application/json"}}, []byte(body)).Code
+			return httpjsontest.Do(h, http.MethodPost, "/webhooks/bot", "", http.Header{"X-Telegram-Bot-Api-Secret-Token": {secret}, "Content-Type": {"application/json"}}, []byte(body)).Code
 		}
 		stored := func(id int) bool {
 			return e.count(`select count(*) from bot_updates where update_id = ?`, id) == 1

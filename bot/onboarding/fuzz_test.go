@@ -1,18 +1,13 @@
 package onboarding
 
 import (
-	"bytes"
 	"encoding/json"
 	"math"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 
-	"github.com/gorilla/mux"
-
 	"switchyard/authlimit"
-	"switchyard/httpjson"
+	"switchyard/httpjson/httpjsontest"
 	"switchyard/store"
 	"switchyard/store/storetest"
 )
@@ -27,58 +22,6 @@ import (
 func fuzzDB(tb testing.TB) *store.DB {
 	tb.Helper()
 	return storetest.NewWith(tb, store.Options{Synchronous: store.SyncNormal})
-}
-
-// fuzzRouter is a router with the web package's JSON answers for unmatched
-// routes, so that every answer a fuzz target sees is the app's own.
-func fuzzRouter(mounts ...func(r *mux.Router)) *mux.Router {
-	r := mux.NewRouter()
-	r.NotFoundHandler = httpjson.NotFoundHandler
-	r.MethodNotAllowedHandler = httpjson.MethodNotAllowedHandler
-	for _, m := range mounts {
-		m(r)
-	}
-	return r
-}
-
-// fuzzDo serves one request on h in-process; rawQuery goes to the URL as it
-// is. A panic is not recovered: it fails the target with its input.
-func fuzzDo(h http.Handler, method, path, rawQuery string, header http.Header, body []byte) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, "http://switchyard.test/", bytes.NewReader(body))
-	req.URL.Path, req.URL.RawQuery = path, rawQuery
-	for k, vs := range header {
-		req.Header[k] = vs
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
-
-// checkRefusal fails on a 5xx, and on a 4xx whose body is not the JSON error
-// shape. It reports whether rec was refused (4xx).
-func checkRefusal(t *testing.T, what string, rec *httptest.ResponseRecorder) (refused bool) {
-	t.Helper()
-	switch {
-	case rec.Code >= 500:
-		t.Fatalf("%s: %d for bad input, want a 4xx: %s", what, rec.Code, rec.Body)
-	case rec.Code >= 400:
-		var e struct {
-			Error *struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-			t.Fatalf("%s: %d answered as %q, want JSON: %s", what, rec.Code, ct, rec.Body)
-		}
-		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == nil || e.Error.Code == "" || e.Error.Message == "" {
-			t.Fatalf("%s: %d body is not {\"error\":{\"code\",\"message\"}}: %s", what, rec.Code, rec.Body)
-		}
-		return true
-	case rec.Code < 200:
-		t.Fatalf("%s: status %d", what, rec.Code)
-	}
-	return false
 }
 
 // FuzzOnboardingWebhook posts any body with any secret to the onboarding
@@ -111,15 +54,15 @@ func FuzzOnboardingWebhook(f *testing.F) {
 		// A fuzzer guesses far more than authlimit's five: every guess is checked.
 		o.AuthLimiter = authlimit.New(authlimit.Opts{Free: math.MaxInt32})
 	})
-	h := fuzzRouter(ob.Routes)
+	h := httpjsontest.Router(ob.Routes)
 	commits := storetest.WatchCommits(f, db)
 	f.Fuzz(func(t *testing.T, given string, body []byte) {
 		before := commits.Version(t)
-		rec := fuzzDo(h, http.MethodPost, "/webhooks/bot", "", http.Header{"X-Telegram-Bot-Api-Secret-Token": {given}, "Content-Type": {"application/json"}}, body)
+		rec := httpjsontest.Do(h, http.MethodPost, "/webhooks/bot", "", http.Header{"X-Telegram-Bot-Api-Secret-Token": {given}, "Content-Type": {"application/json"}}, body)
 		if given != secret && rec.Code != http.StatusUnauthorized {
 			t.Fatalf("secret %q: %d, want 401", given, rec.Code)
 		}
-		if checkRefusal(t, "webhook", rec) {
+		if httpjsontest.CheckRefusal(t, "webhook", rec) {
 			if after := commits.Version(t); after != before {
 				t.Fatalf("a refused update (%d %s) changed the database", rec.Code, rec.Body)
 			}

@@ -1,12 +1,10 @@
 package onboarding
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,23 +14,6 @@ import (
 
 // backendTestSecret is BOT_TO_BACKEND_SECRET of the tests' backends.
 const backendTestSecret = "s3cret-shared-with-the-bot-0123456789"
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // emitMany writes n events of one target in one transaction.
 func emitMany(t testing.TB, o *backend.Outbox, n int, target backend.Target) []contract.EventID {

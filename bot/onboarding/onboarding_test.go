@@ -42,7 +42,7 @@ type onbEnv struct {
 	srv     *httptest.Server
 	fake    *fakebot.Server
 	fakeURL string
-	logs    *lockedBuffer
+	logs    *testwait.Buffer
 }
 
 type onbEnvOpts struct {
@@ -59,7 +59,7 @@ func newOnbEnv(t testing.TB, opts ...func(*onbEnvOpts)) *onbEnv {
 	for _, f := range opts {
 		f(&o)
 	}
-	e := &onbEnv{t: t, logs: &lockedBuffer{}}
+	e := &onbEnv{t: t, logs: &testwait.Buffer{}}
 	if o.manualClock {
 		e.db, e.clock = storetest.NewWithClock(t)
 	} else {

@@ -2,27 +2,14 @@ package onboarding
 
 import (
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/gorilla/mux"
 
 	"switchyard/authlimit"
 	"switchyard/bot/backend"
+	"switchyard/httpjson/httpjsontest"
 )
-
-// serveFrom serves one request from the client address addr.
-func serveFrom(h http.Handler, addr, method, path string, header http.Header, body string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
-	req.RemoteAddr = addr
-	for k, vs := range header {
-		req.Header[k] = vs
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
 
 func TestAuthThrottle(t *testing.T) {
 	t.Parallel()
@@ -41,10 +28,10 @@ func TestAuthThrottle(t *testing.T) {
 		be.Routes(r)
 		ob.Routes(r)
 		hook := func(secret string) int {
-			return serveFrom(r, guesser, "POST", "/webhooks/bot", http.Header{"X-Telegram-Bot-Api-Secret-Token": {secret}, "Content-Type": {"application/json"}}, `{"update_id":1}`).Code
+			return httpjsontest.DoFrom(r, guesser, "POST", "/webhooks/bot", http.Header{"X-Telegram-Bot-Api-Secret-Token": {secret}, "Content-Type": {"application/json"}}, `{"update_id":1}`).Code
 		}
 		for range 3 {
-			if code := serveFrom(r, guesser, "GET", "/bot/user/state?telegramId=1", bearer("wrong-secret-guess"), "").Code; code != http.StatusUnauthorized {
+			if code := httpjsontest.DoFrom(r, guesser, "GET", "/bot/user/state?telegramId=1", bearer("wrong-secret-guess"), "").Code; code != http.StatusUnauthorized {
 				t.Fatalf("wrong Bearer: %d", code)
 			}
 		}

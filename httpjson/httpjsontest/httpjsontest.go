@@ -1,5 +1,6 @@
-// Package httpjsontest checks JSON answers in tests: that every time in them
-// is written in httpjson.TimeLayout.
+// Package httpjsontest serves requests to the app's handlers in tests and
+// checks their JSON answers: that bad input gets a clear 4xx in the JSON
+// error shape, and that every time is written in httpjson.TimeLayout.
 package httpjsontest
 
 import (
