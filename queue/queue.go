@@ -157,12 +157,12 @@ const (
 		insert into queue_keys (queue, key, message_id, created_at) values (?, ?, ?, ?)
 		on conflict (queue, key) do nothing`
 	selectKeyQuery   = `select message_id from queue_keys where queue = ? and key = ?`
-	orderQueuedQuery = `select count(*) from (select 1 from queue_order where queue = ? and order_key = ? limit 1)`
+	orderQueuedQuery = `select count(*) from (select 1 from queue_order where queue = ? and order_key = ? limit 1) as head`
 	// insertOrderQuery records a message's place in its order key and parks
 	// it when an earlier message of the key is still queued: one statement.
 	insertOrderQuery = `
 		insert into queue_order (queue, order_key, message_id, parked, not_before)
-		values (?, ?, ?, exists (select 1 from queue_order where queue = ? and order_key = ?), ?)
+		values (?, ?, ?, case when exists (select 1 from queue_order where queue = ? and order_key = ?) then 1 else 0 end, ?)
 		returning parked`
 	insertMessageQuery = `
 		insert into goqite (id, created, queue, body, timeout, received, priority)
