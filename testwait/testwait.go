@@ -1,6 +1,7 @@
 // Package testwait is how Switchyard's tests wait for something to happen:
-// they poll a condition until it holds or a deadline passes, never sleep a
-// guessed time. It is the one such helper of the project's tests.
+// they poll a condition until it holds or a deadline passes (Until), never
+// sleep a guessed time, and read what a running app logged (Buffer). It is
+// the one such helper of the project's tests.
 package testwait
 
 import (
