@@ -61,7 +61,7 @@ insert into goqite (id, created, queue, body, timeout, received, priority)
 select q.message_id, substr(o.created_at, 1, 23) || 'Z',
   case when q.parked = 1 then 'onboarding.dm~held' else 'onboarding.dm' end,
   cast(json_object( -- SQLite
-    'key', o.dedup_key, 'method', o.method, 'chatId', o.chat_id, 'params', json(o.params),
+    'key', o.dedup_key, 'method', o.method, 'chatId', nullif(o.chat_id, ''), 'params', json(o.params),
     'fallback', json(o.fallback), 'phase', o.phase) as blob),
   case when q.parked = 1 then '9999-12-31T23:59:59.999Z' else q.not_before end,
   0, 0
@@ -77,7 +77,7 @@ insert into queue_dead (id, queue, grp, partition_id, log_offset, key, order_key
   attempts, last_error, created_at, first_failed_at, dead_at)
 select 'o_b0' || printf('%030x', id), 'onboarding.dm', '', null, null, '', order_key, 0, 0, -- SQLite
   cast(json_object( -- SQLite
-    'key', dedup_key, 'method', method, 'chatId', chat_id, 'params', json(params),
+    'key', dedup_key, 'method', method, 'chatId', nullif(chat_id, ''), 'params', json(params),
     'fallback', json(fallback), 'phase', phase) as blob),
   attempts, coalesce(last_error, ''), created_at, updated_at, updated_at
 from bot_outgoing

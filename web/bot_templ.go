@@ -813,7 +813,7 @@ func outgoingTable(rows []outgoingRow) templ.Component {
 			}
 			if o.Failed {
 				templ_7745c5c3_Err = confirmAction("Send again", "Send Telegram call "+o.ID+" again?", o.Redrive,
-					[]formField{{"id", o.ID}, {"back", "/admin/bot"}}, "resend-"+o.ID).Render(ctx, templ_7745c5c3_Buffer)
+					[]formField{{"back", "/admin/bot"}}, "resend-"+o.ID).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -67,9 +67,9 @@ func TestOnboardingDMsOnTheQueuesPage(t *testing.T) {
 		t.Fatalf("failed DMs on the Bot page: %q", trimmed(dm))
 	}
 	id := strings.TrimPrefix(dm.AttrOr("data-testid", ""), "outgoing-")
-	action := "/admin/queues/" + onboarding.DMQueue + "/dead/redrive"
+	action := "/admin/bot/dms/" + id + "/redrive"
 	if got := dm.Find("form").AttrOr("action", ""); got != action {
-		t.Fatalf("the failed DM's Send again posts to %q, want the queue's redrive %q", got, action)
+		t.Fatalf("the failed DM's Send again posts to %q, want the bot's redrive %q", got, action)
 	}
 
 	// She starts the bot; the operator sends the DM again from the Bot page.
@@ -77,8 +77,8 @@ func TestOnboardingDMsOnTheQueuesPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.Until(t, 10*time.Second, "the bot's answer to her", func() bool { return botSaid(fake, token, 6003, "Я понимаю команды") })
-	landed, flash := c.act(t, action, url.Values{"id": {id}, "back": {"/admin/bot"}})
-	if landed != "/admin/bot" || !strings.Contains(trimmed(flash), "Redrove 1 dead letter") {
+	landed, flash := c.act(t, action, url.Values{"back": {"/admin/bot"}})
+	if landed != "/admin/bot" || !strings.Contains(trimmed(flash), "sent again") {
 		t.Fatalf("redrive landed on %s: %q", landed, trimmed(flash))
 	}
 	testwait.Until(t, 10*time.Second, "the redriven DM delivered", func() bool { return botSaid(fake, token, 6003, "Кошелёк EQcarol подключён") })

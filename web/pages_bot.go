@@ -16,6 +16,7 @@ import (
 	"switchyard/bot/contract"
 	"switchyard/bot/onboarding"
 	"switchyard/mask"
+	"switchyard/queue"
 )
 
 // outboxOps is what the console needs of the bot outbox (*backend.Outbox).
@@ -38,6 +39,7 @@ type onboardingOps interface {
 	ListFunnels(ctx context.Context, f onboarding.FunnelFilter) ([]onboarding.Funnel, error)
 	GetFunnel(ctx context.Context, tg contract.TelegramID) (onboarding.Funnel, []onboarding.FunnelChange, error)
 	ListDMs(ctx context.Context, f onboarding.DMFilter) ([]onboarding.DM, error)
+	RedriveDM(ctx context.Context, id string) error
 }
 
 // eventsPerPage is how many events the Bot outbox page lists at once.
@@ -221,7 +223,8 @@ type outgoingRow struct {
 	LastError string
 	At        string
 	Failed    bool
-	// Redrive is the Queues page's action that sends a failed DM again.
+	// Redrive is the action that sends a failed DM again (the bot's, which
+	// also clears the user's unreachable mark).
 	Redrive string
 }
 
@@ -233,7 +236,7 @@ func toOutgoingRow(d onboarding.DM) outgoingRow {
 		At: when(d.At), Failed: d.Status == onboarding.DMFailed,
 	}
 	if row.Failed {
-		row.Redrive = queueHref(onboarding.DMQueue, "") + "/dead/redrive"
+		row.Redrive = "/admin/bot/dms/" + url.PathEscape(d.MessageID) + "/redrive"
 	}
 	return row
 }
@@ -433,6 +436,26 @@ func (s *Server) botRedrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.done(w, r, back, true, "Event "+strconv.FormatInt(id, 10)+" redriven: it is pending again.")
+}
+
+func (s *Server) botDMRedrive(w http.ResponseWriter, r *http.Request) {
+	id := mux.Vars(r)["id"]
+	if !s.parseForm(w, r, "/admin/bot") {
+		return
+	}
+	back := backTo(r, "/admin/bot")
+	if s.opts.Onboarding == nil {
+		s.done(w, r, back, false, "The onboarding bot is not wired in this process.")
+		return
+	}
+	if !s.confirmed(w, r, "bot", "Send Telegram call "+id+" again?", "Send again", back) {
+		return
+	}
+	if err := s.opts.Onboarding.RedriveDM(r.Context(), id); err != nil {
+		s.actionFailed(w, r, back, err, errors.Is(err, queue.ErrNotFound))
+		return
+	}
+	s.done(w, r, back, true, "Telegram call "+id+" sent again: the user's unreachable mark is cleared and it is queued.")
 }
 
 // funnelModel is the funnel page: the stages and the users at one of them.

@@ -3,6 +3,7 @@ package onboarding
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,7 +42,17 @@ func TestMigrationCarriesOutgoingIntoTheQueue(t *testing.T) {
 		{"event:5:prompt", "9004", "sent", "sent to 9004", "", 1},
 		{"event:6:prompt", "9005", "notified", "telegram text for 9005", "", 3},
 	}
+	// A DM only its fallback could deliver (the user has no Telegram): no
+	// chat, ordered with the account's notifications.
+	webOnly := e.createUser("web-only", "Вера", "")
 	err = db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.Exec(`insert into bot_outgoing (dedup_key, method, chat_id, order_key, params, fallback, status, phase,
+			attempts, next_attempt_at, created_at, updated_at)
+			values ('event:7:new_partner', 'sendMessage', '', ?, json_object('text', 'unused'), ?, 'pending', 'fallback', 0, ?, ?, ?)`,
+			fmt.Sprintf("uid:%d", webOnly.UID), fmt.Sprintf(`{"uid":%d,"kind":"new_partner","text":"web only for Вера"}`, webOnly.UID),
+			past, past, past); err != nil {
+			return err
+		}
 		for _, r := range records {
 			var fallback, done, lastErr any
 			if r.status == "notified" {
@@ -82,8 +93,8 @@ func TestMigrationCarriesOutgoingIntoTheQueue(t *testing.T) {
 	}
 	b := e.newBot(db)
 	st := dmQueueOn(t, db)
-	if live := st.Ready + st.InFlight + st.Delayed + st.Held; live != 3 || st.Dead != 1 {
-		t.Fatalf("onboarding.dm after the migration: %+v; want 3 live messages and 1 dead letter", st)
+	if live := st.Ready + st.InFlight + st.Delayed + st.Held; live != 4 || st.Dead != 1 {
+		t.Fatalf("onboarding.dm after the migration: %+v; want 4 live messages and 1 dead letter", st)
 	}
 	dead, err := b.ListDMs(ctx, DMFilter{Status: DMFailed})
 	if err != nil {
@@ -114,6 +125,12 @@ func TestMigrationCarriesOutgoingIntoTheQueue(t *testing.T) {
 	e.waitDB("the carried-over DMs delivered", func() bool {
 		return count(`select count(*) from bot_deliveries where dm_key in ('event:1:prompt', 'event:2:prompt', 'event:3:prompt')`) == 3
 	})
+	e.waitDB("the carried-over fallback notified", func() bool {
+		return count(`select count(*) from bot_deliveries where dm_key = 'event:7:new_partner' and outcome = 'notified'`) == 1
+	})
+	if notes, err := e.be.ListNotifications(ctx, webOnly.UID); err != nil || len(notes) != 1 || notes[0].Text != "web only for Вера" {
+		t.Fatalf("the web-only user's notifications %+v, %v; want the carried-over one", notes, err)
+	}
 	for _, c := range []struct {
 		chat int64
 		text string

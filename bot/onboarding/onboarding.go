@@ -382,6 +382,7 @@ func (o *Bot) AdminRoutes(r *mux.Router) {
 	r.Handle("/bot/funnel", handler(o.handleListFunnels)).Methods(http.MethodGet)
 	r.Handle("/bot/funnel/{telegramId}", handler(o.handleGetFunnel)).Methods(http.MethodGet)
 	r.Handle("/bot/dms", handler(o.handleListDMs)).Methods(http.MethodGet)
+	r.Handle("/bot/dms/{id}/redrive", handler(o.handleRedriveDM)).Methods(http.MethodPost)
 }
 
 // handler adapts a handler that returns a domain error to httpjson.
@@ -446,6 +447,23 @@ func (o *Bot) handleGetFunnel(w http.ResponseWriter, r *http.Request) error {
 // DMsResponse is the body of GET /admin/api/bot/dms?chatId=&status=.
 type DMsResponse struct {
 	DMs []DM `json:"dms"`
+}
+
+// RedriveResponse is the body of POST /admin/api/bot/dms/{id}/redrive.
+type RedriveResponse struct {
+	Redriven int `json:"redriven"`
+}
+
+func (o *Bot) handleRedriveDM(w http.ResponseWriter, r *http.Request) error {
+	err := o.RedriveDM(r.Context(), mux.Vars(r)["id"])
+	if errors.Is(err, queue.ErrNotFound) {
+		return httpjson.Errorf(http.StatusNotFound, "not_found", "%s", err)
+	}
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, RedriveResponse{Redriven: 1})
+	return nil
 }
 
 func (o *Bot) handleListDMs(w http.ResponseWriter, r *http.Request) error {

@@ -481,6 +481,31 @@ func TestOnboardingEndToEnd(t *testing.T) {
 			t.Fatal("the DM's record does not say the fallback delivered it")
 		}
 	})
+
+	t.Run("a leader without Telegram gets the web notification, with no DM tried", func(t *testing.T) {
+		t.Parallel()
+		e := newOnbEnv(t)
+		e.run(e.newBot(e.db))
+		ctx := context.Background()
+		leader := e.createUser("web-lead", "Вера", "")
+		partner := e.createUser("bob", "Борис", "6002")
+		if _, err := e.be.Register(ctx, partner.UID, &leader.UID); err != nil {
+			t.Fatal(err)
+		}
+		var notes []contract.Notification
+		e.waitDB("a web notification for the leader", func() bool {
+			var err error
+			notes, err = e.be.ListNotifications(ctx, leader.UID)
+			return err == nil && len(notes) > 0
+		})
+		if len(notes) != 1 || notes[0].Kind != "new_partner" || !strings.Contains(notes[0].Text, "Новый партнёр в вашей структуре: Борис") {
+			t.Fatalf("notifications %+v", notes)
+		}
+		e.waitDB("every event acked and every call made", func() bool { return e.unprocessed() == 0 && e.unfinished() == 0 })
+		if n := e.count(`select count(*) from bot_deliveries where outcome = 'notified'`); n != 1 {
+			t.Fatalf("%d notified deliveries, want the one fallback", n)
+		}
+	})
 }
 
 // adminGet reads an admin route of the env's router.

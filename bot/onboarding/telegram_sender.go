@@ -109,9 +109,11 @@ type outgoingMessage struct {
 type dm struct {
 	// Key is the message's idempotency key, "<cause>:<message key>" (a
 	// fallback's: the DM's and ":fallback").
-	Key      string                    `json:"key"`
-	Method   string                    `json:"method"`
-	ChatID   contract.TelegramID       `json:"chatId"`
+	Key    string `json:"key"`
+	Method string `json:"method"`
+	// ChatID is absent for a DM only its fallback can deliver (a user
+	// without Telegram): "" is no Telegram id, and would not decode.
+	ChatID   contract.TelegramID       `json:"chatId,omitempty"`
 	Params   outParams                 `json:"params"`
 	Fallback *contract.NewNotification `json:"fallback,omitempty"`
 	Phase    string                    `json:"phase"`
@@ -208,7 +210,7 @@ func (o *Bot) deliver(ctx, held context.Context, m queue.Message) error {
 	var d dm
 	if err := json.Unmarshal(m.Body, &d); err != nil || d.Key == "" {
 		o.log.Error("DM message that does not decode; dead-lettered", slog.String("message_id", string(m.ID)), slog.Any("err", err))
-		return queue.Permanent(fmt.Errorf("decode DM %s: %v", m.ID, err))
+		return queue.Permanent(fmt.Errorf("decode DM %s: %w", m.ID, err))
 	}
 	var (
 		outcome string
@@ -607,6 +609,37 @@ func (o *Bot) listDeliveries(ctx context.Context, chat contract.TelegramID, st D
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
 	return out, nil
+}
+
+// RedriveDM is an operator's "send again" of the failed DM whose dead
+// letter is id: the user's unreachable mark is cleared first, since the
+// operator asks for a real call to Telegram (a DM to a marked user would go
+// straight to its fallback or back to the dead letters), and then the dead
+// letter goes back to DMQueue through the queue's own redrive, attempts reset
+// and its place in its chat's order kept. The queue's generic redrive (the
+// Queues page) leaves the mark alone. ErrNotFound (queue's) when id is no
+// dead letter of DMQueue.
+func (o *Bot) RedriveDM(ctx context.Context, id string) error {
+	letters, err := o.queues.ListDead(ctx, queue.DeadFilter{Queue: DMQueue, ID: id, Limit: 1})
+	if err != nil {
+		return fmt.Errorf("redrive DM %s: %w", id, err)
+	}
+	if len(letters) == 0 {
+		return fmt.Errorf("redrive DM %s: %w", id, queue.ErrNotFound)
+	}
+	if d, ok := decodeDM(letters[0].Body); ok && d.Phase == phaseTelegram && d.ChatID != "" {
+		err := o.db.Tx(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `delete from bot_unreachable where telegram_id = ?`, string(d.ChatID))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("redrive DM %s: clear the unreachable mark: %w", id, err)
+		}
+	}
+	if _, err := o.queues.Redrive(ctx, queue.DeadFilter{Queue: DMQueue, ID: id}); err != nil {
+		return fmt.Errorf("redrive DM %s: %w", id, err)
+	}
+	return nil
 }
 
 func decodeDM(body []byte) (dm, bool) {
