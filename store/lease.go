@@ -241,7 +241,7 @@ func (r *exclusive) run(ctx context.Context, fn ExclusiveFunc) error {
 			}
 			continue // the lease was lost: take it again, or stand by
 		}
-		if !sleep(ctx, r.poll) {
+		if !Sleep(ctx, r.poll) {
 			return nil
 		}
 	}
@@ -420,8 +420,9 @@ func (r *exclusive) release(ctx context.Context) {
 	r.log.Info("lease released")
 }
 
-// sleep waits d, and reports false when ctx ends first.
-func sleep(ctx context.Context, d time.Duration) bool {
+// Sleep waits d of real time, and reports false when ctx ends first: how a
+// loop waits between its rounds and still stops at once.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -79,14 +79,14 @@ func (o *Bot) session(ctx context.Context, longPoll bool) bool {
 		if longPoll && perr == nil && n == 0 && time.Since(began) < wait/10 {
 			// The long-poll ended early with nothing (the backend is shutting
 			// down): do not spin.
-			if !sleepCtx(ctx, wait/10) {
+			if !store.Sleep(ctx, wait/10) {
 				break
 			}
 		}
 		if perr != nil && ctx.Err() == nil {
 			failures++
 			o.log.Warn("outbox cycle failed", slog.Int("failures", failures), slog.Any("err", perr))
-			if !longPoll || !sleepCtx(ctx, queue.RetryPolicy{MinBackoff: time.Second, MaxBackoff: o.longPoll}.Backoff(failures)) {
+			if !longPoll || !store.Sleep(ctx, queue.RetryPolicy{MinBackoff: time.Second, MaxBackoff: o.longPoll}.Backoff(failures)) {
 				break
 			}
 		} else if perr == nil {

@@ -355,18 +355,6 @@ func wake(ch chan struct{}) {
 	}
 }
 
-// sleepCtx waits d or until ctx ends; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // workContext is the context in-flight work finishes under once ctx is
 // cancelled: not cancelled with it, but bounded.
 func workContext(ctx context.Context) (context.Context, context.CancelFunc) {

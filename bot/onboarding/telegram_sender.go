@@ -392,7 +392,7 @@ func (o *Bot) pace(ctx, held context.Context, chat telegram.Chat) (time.Time, bo
 		now := o.db.Now()
 		at, ok := o.limiter.Reserve(chat, now, reserveAhead)
 		wait := at.Sub(now)
-		if time.Now().Add(wait).After(deadline) || !sleepCtx(held, wait) || ctx.Err() != nil {
+		if time.Now().Add(wait).After(deadline) || !store.Sleep(held, wait) || ctx.Err() != nil {
 			return at, false
 		}
 		if ok {

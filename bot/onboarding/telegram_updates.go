@@ -257,7 +257,7 @@ func (o *Bot) updatesSession(ctx context.Context) bool {
 			wait = f.RetryAfter
 		}
 		o.log.Warn(what, slog.Int("failures", failures), slog.Any("err", err))
-		return sleepCtx(ctx, min(wait, LeaseTTL/2))
+		return store.Sleep(ctx, min(wait, LeaseTTL/2))
 	}
 	for ctx.Err() == nil {
 		if held, err := o.db.RenewLease(ctx, UpdatesLeaseName, o.owner, LeaseTTL); err != nil || !held {
