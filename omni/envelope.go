@@ -118,7 +118,7 @@ type Normalized struct {
 	// Message is the created or edited message.
 	Message *Message `json:"message,omitempty"`
 	// DeletedMessageIDs are the messages a message.deleted event removed.
-	DeletedMessageIDs []string `json:"deletedMessageIds,omitempty"`
+	DeletedMessageIDs []string `json:"deletedMessageIds,omitzero"`
 	// Connection is the business connection's new state.
 	Connection *Connection `json:"connection,omitempty"`
 	// Membership is the bot's membership change in a chat.
