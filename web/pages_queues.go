@@ -246,27 +246,39 @@ func deadWhat(f queue.DeadFilter) string {
 }
 
 func (s *Server) queueRedrive(w http.ResponseWriter, r *http.Request) {
-	if !s.parseForm(w, r, "/admin/queues") {
-		return
-	}
-	f := deadFilterOf(r)
-	back := backTo(r, queueHref(f.Queue, f.Group))
-	if s.opts.Queues == nil {
-		s.done(w, r, back, false, "Queues are not wired in this process.")
-		return
-	}
-	if !s.confirmed(w, r, "queues", "Redrive "+deadWhat(f)+"? It goes back to be handled again.", "Redrive", back) {
-		return
-	}
-	n, err := s.opts.Queues.Redrive(r.Context(), f)
-	if err != nil {
-		s.actionFailed(w, r, back, err, errors.Is(err, queue.ErrNotFound))
-		return
-	}
-	s.done(w, r, back, true, "Redrove "+countInt(n)+" dead letter(s) of "+f.Queue+".")
+	s.deadLetterAction(w, r, deadAction{
+		question: func(f queue.DeadFilter) string {
+			return "Redrive " + deadWhat(f) + "? It goes back to be handled again."
+		},
+		verb:     "Redrive",
+		do:       func(ctx context.Context, f queue.DeadFilter) (int, error) { return s.opts.Queues.Redrive(ctx, f) },
+		notFound: func(err error) bool { return errors.Is(err, queue.ErrNotFound) },
+		done:     "Redrove",
+	})
 }
 
 func (s *Server) queuePurgeDead(w http.ResponseWriter, r *http.Request) {
+	s.deadLetterAction(w, r, deadAction{
+		question: func(f queue.DeadFilter) string { return "Delete " + deadWhat(f) + " for good? This cannot be undone." },
+		verb:     "Delete for good",
+		do:       func(ctx context.Context, f queue.DeadFilter) (int, error) { return s.opts.Queues.PurgeDead(ctx, f) },
+		notFound: func(error) bool { return false },
+		done:     "Deleted",
+	})
+}
+
+// deadAction is one of the Queues page's actions on dead letters.
+type deadAction struct {
+	question func(f queue.DeadFilter) string // what the confirmation asks
+	verb     string                          // its button
+	do       func(ctx context.Context, f queue.DeadFilter) (int, error)
+	notFound func(err error) bool // whether err means there was nothing to act on
+	done     string               // the past tense the flash reports
+}
+
+// deadLetterAction runs a on the dead letters the form names, after the
+// operator confirms, and returns to the queue's page.
+func (s *Server) deadLetterAction(w http.ResponseWriter, r *http.Request, a deadAction) {
 	if !s.parseForm(w, r, "/admin/queues") {
 		return
 	}
@@ -276,15 +288,15 @@ func (s *Server) queuePurgeDead(w http.ResponseWriter, r *http.Request) {
 		s.done(w, r, back, false, "Queues are not wired in this process.")
 		return
 	}
-	if !s.confirmed(w, r, "queues", "Delete "+deadWhat(f)+" for good? This cannot be undone.", "Delete for good", back) {
+	if !s.confirmed(w, r, "queues", a.question(f), a.verb, back) {
 		return
 	}
-	n, err := s.opts.Queues.PurgeDead(r.Context(), f)
+	n, err := a.do(r.Context(), f)
 	if err != nil {
-		s.actionFailed(w, r, back, err, false)
+		s.actionFailed(w, r, back, err, a.notFound(err))
 		return
 	}
-	s.done(w, r, back, true, "Deleted "+countInt(n)+" dead letter(s) of "+f.Queue+".")
+	s.done(w, r, back, true, a.done+" "+countInt(n)+" dead letter(s) of "+f.Queue+".")
 }
 
 func (s *Server) queuePurge(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package onboarding
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -263,15 +264,7 @@ func groupByUser(events []contract.Event) [][]contract.Event {
 		groups[i] = append(groups[i], ev)
 	}
 	for _, g := range groups {
-		slices.SortStableFunc(g, func(a, b contract.Event) int {
-			switch {
-			case a.ID < b.ID:
-				return -1
-			case a.ID > b.ID:
-				return 1
-			}
-			return 0
-		})
+		slices.SortStableFunc(g, func(a, b contract.Event) int { return cmp.Compare(a.ID, b.ID) })
 	}
 	return groups
 }

@@ -1,6 +1,7 @@
 package fakebot
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -74,15 +75,7 @@ func (s *Server) Bots() []BotView {
 	for _, b := range s.bots {
 		out = append(out, viewBot(b))
 	}
-	slices.SortFunc(out, func(a, b BotView) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b BotView) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
