@@ -274,7 +274,7 @@ func (a *Admin) AutoAck(ctx context.Context) (AutoAckRule, error) {
 // SetAutoAck stores the acknowledgement rule; it wins over the configured default.
 func (a *Admin) SetAutoAck(ctx context.Context, rule AutoAckRule) error {
 	return a.db.Tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, upsertRuleQuery, ruleAutoAck, boolInt(rule.Enabled), rule.Text, store.TS(a.db.Now()))
+		_, err := tx.ExecContext(ctx, upsertRuleQuery, ruleAutoAck, store.Flag(rule.Enabled), rule.Text, store.TS(a.db.Now()))
 		return err
 	})
 }

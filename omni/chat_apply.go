@@ -356,7 +356,7 @@ func (d *chatDomain) messageCreated(ctx context.Context, tx *sql.Tx, env *Envelo
 	if class.Unread {
 		unread = 1
 	}
-	if _, err := tx.ExecContext(ctx, touchThreadQuery, store.TS(date), store.TS(date), unread, boolInt(class.Direction == DirectionInbound),
+	if _, err := tx.ExecContext(ctx, touchThreadQuery, store.TS(date), store.TS(date), unread, store.Flag(class.Direction == DirectionInbound),
 		store.TS(now), int64(th.ID)); err != nil {
 		return applied{}, fmt.Errorf("touch thread: %w", err)
 	}
@@ -459,7 +459,7 @@ func (d *chatDomain) connectionUpdated(ctx context.Context, tx *sql.Tx, env *Env
 	c := env.PayloadNormalized.Connection
 	now := store.TS(d.now())
 	res, err := tx.ExecContext(ctx, upsertConnectionQuery, c.ID, env.PayloadNormalized.AccountID, c.UserID, c.UserChatID,
-		boolInt(c.Enabled), boolInt(c.CanReply), store.TS(c.Date), now, now)
+		store.Flag(c.Enabled), store.Flag(c.CanReply), store.TS(c.Date), now, now)
 	if err != nil {
 		return applied{}, fmt.Errorf("upsert business connection: %w", err)
 	}
@@ -486,7 +486,7 @@ func (d *chatDomain) membershipUpdated(ctx context.Context, tx *sql.Tx, env *Env
 	if change.Reason != "" {
 		reason = change.Reason
 	}
-	if _, err := tx.ExecContext(ctx, setReachableQuery, boolInt(change.Reachable), reason, store.TS(d.now()), int64(contact)); err != nil {
+	if _, err := tx.ExecContext(ctx, setReachableQuery, store.Flag(change.Reachable), reason, store.TS(d.now()), int64(contact)); err != nil {
 		return applied{}, fmt.Errorf("set reachable: %w", err)
 	}
 	th, _, err := existingThreadTx(ctx, tx, env)
@@ -548,7 +548,7 @@ func (d *chatDomain) queueOutgoingTx(ctx context.Context, tx *sql.Tx, thread Thr
 		return 0, err
 	}
 	// An operator who replies has read the thread.
-	if _, err := tx.ExecContext(ctx, touchOutgoingQuery, store.TS(now), store.TS(now), boolInt(origin == OriginOperator),
+	if _, err := tx.ExecContext(ctx, touchOutgoingQuery, store.TS(now), store.TS(now), store.Flag(origin == OriginOperator),
 		store.TS(now), int64(thread)); err != nil {
 		return 0, fmt.Errorf("touch thread: %w", err)
 	}
@@ -560,11 +560,4 @@ func (d *chatDomain) queueOutgoingTx(ctx context.Context, tx *sql.Tx, thread Thr
 		return 0, fmt.Errorf("enqueue send command: %w", err)
 	}
 	return id, nil
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -627,7 +627,7 @@ func redriveMessage(ctx context.Context, tx *sql.Tx, d deadRow, now time.Time) e
 		if d.seq == 0 {
 			seq = nil
 		}
-		if _, err := tx.ExecContext(ctx, redriveOrderQuery, seq, d.Queue, d.OrderKey, d.ID, boolInt(queued > 0), visible); err != nil {
+		if _, err := tx.ExecContext(ctx, redriveOrderQuery, seq, d.Queue, d.OrderKey, d.ID, store.Flag(queued > 0), visible); err != nil {
 			return err
 		}
 		if queued > 0 {

@@ -422,10 +422,3 @@ func newID() ID {
 func orderedID(id ID) ID { return "o_" + id[2:] }
 
 func isOrdered(id ID) bool { return strings.HasPrefix(string(id), "o_") }
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}

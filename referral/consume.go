@@ -241,15 +241,6 @@ func begin(ctx context.Context, q preparedTx, mark string, userID UserID) (held 
 
 func (s *Service) prepared(tx *sql.Tx) preparedTx { return preparedTx{tx: tx, stmts: s.stmts} }
 
-// flag is b as the 0 or 1 of an integer flag column: SQLite takes a Go bool
-// there, PostgreSQL's driver does not.
-func flag(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 func newID() string { return uuid.Must(uuid.NewV7()).String() }
 
 // querier is what the read pool, a transaction and a preparedTx offer.
@@ -356,7 +347,7 @@ const putReplicaQuery = `
 func putReplica(ctx context.Context, tx dbtx, r Replica) error {
 	_, err := tx.ExecContext(ctx, putReplicaQuery,
 		string(r.ID), string(r.Type), r.CompanyID, string(r.Status), r.Name.FirstName, r.Name.LastName, r.Name.MiddleName,
-		r.PhoneNumber, flag(r.IsNameFilled), store.TS(r.RegisteredAt), r.ReplicaVersion, store.TS(r.UpdatedAt))
+		r.PhoneNumber, store.Flag(r.IsNameFilled), store.TS(r.RegisteredAt), r.ReplicaVersion, store.TS(r.UpdatedAt))
 	return err
 }
 
@@ -440,7 +431,7 @@ func insertBond(ctx context.Context, tx dbtx, b Bond) (won bool, err error) {
 // insertRegistration writes r unless a unique index (one Initial entry per
 // referred user) already holds another; won tells which.
 func insertRegistration(ctx context.Context, tx dbtx, r Registration) (won bool, err error) {
-	res, err := tx.ExecContext(ctx, insertRegistrationQuery, string(r.ID), string(r.ReferredUserID), string(r.RegistrationType), string(r.AppliedRule), flag(r.LeadRequested),
+	res, err := tx.ExecContext(ctx, insertRegistrationQuery, string(r.ID), string(r.ReferredUserID), string(r.RegistrationType), string(r.AppliedRule), store.Flag(r.LeadRequested),
 		r.LinkURL, string(r.ReferrerUserID), r.TenantID, store.TS(r.RegisteredAt), string(r.BondID), store.TS(r.CreatedAt))
 	return affectedOne(res, err)
 }

@@ -560,7 +560,11 @@ func (o *Bot) ListDMs(ctx context.Context, f DMFilter) ([]DM, error) {
 				st = DMRetrying
 			}
 			if f.Status == "" || f.Status == st {
-				out = append(out, d.view(st, max(l.Attempts-boolInt(l.State == queue.StateInFlight), 0), l.LastError, string(l.ID), l.SentAt))
+				attempts := l.Attempts
+				if l.State == queue.StateInFlight {
+					attempts-- // the attempt in hand has not ended
+				}
+				out = append(out, d.view(st, max(attempts, 0), l.LastError, string(l.ID), l.SentAt))
 			}
 		}
 	}
@@ -654,11 +658,4 @@ func (d dm) view(st DMStatus, attempts int, lastErr, id string, at time.Time) DM
 	}
 	return DM{Key: d.Key, Cause: cause(d.Key), Method: d.Method, ChatID: d.ChatID, Text: text, Status: st,
 		Attempts: attempts, LastError: lastErr, MessageID: id, At: at}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
