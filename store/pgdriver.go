@@ -1,0 +1,3 @@
+package store
+
+import _ "github.com/jackc/pgx/v5/stdlib"
