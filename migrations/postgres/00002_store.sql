@@ -1,0 +1,28 @@
+-- +goose Up
+-- Settings the process keeps between starts: generated secrets, first-start facts.
+create table store_settings (
+  key text primary key,
+  value text not null,
+  updated_at text not null
+);
+
+-- Lease locks for single-flight work across processes on one file
+-- (the specs' Redlock): a lease is held until expires_at or release.
+create table store_leases (
+  name text primary key,
+  owner text not null,
+  expires_at text not null
+);
+
+-- One row that /readyz rewrites to prove the database takes writes.
+-- A plain key, not an identity: the one row is always written with id 1
+-- (store/health.go).
+create table store_heartbeat (
+  id bigint primary key check (id = 1),
+  at text not null
+);
+
+-- +goose Down
+drop table store_heartbeat;
+drop table store_leases;
+drop table store_settings;
