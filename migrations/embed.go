@@ -15,11 +15,26 @@
 //	00010 omni: the reason an inbound event was ignored
 //	00011 bot: the onboarding bot's calls move to the queue onboarding.dm
 //	00012 bot: indexes of the outbox's operator filters
+//
+// The postgres/ folder holds the same versions, file for file, for
+// PostgreSQL (PostgresFS): the same tables, columns, keys and indexes, with
+// bigint for every integer, bytea for blob, identities for the ids the
+// database assigns, and times as the same fixed-width UTC text, so one SQL
+// text runs on both backends. A new migration is written in both folders;
+// schema_test.go checks that the two define the same schema after every
+// version.
 package migrations
 
 import "embed"
 
-// FS holds every migration file.
+// FS holds every migration file for SQLite.
 //
 //go:embed *.sql
 var FS embed.FS
+
+// PostgresFS holds the PostgreSQL twin of every file in FS, under
+// postgres/ (same version, same name): goose applies fs.Sub(PostgresFS,
+// "postgres") with goose.DialectPostgres.
+//
+//go:embed postgres/*.sql
+var PostgresFS embed.FS
