@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"switchyard/store"
 )
 
 // backupCmd is `switchyard backup DEST`: an online backup of the database,
@@ -28,6 +30,6 @@ func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := st.Backup(ctx, dest); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "backed up %s to %s in %s\n", cfg.DB, dest, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "backed up %s to %s in %s\n", store.Redact(cfg.DB), dest, time.Since(start).Round(time.Millisecond))
 	return nil
 }

@@ -86,7 +86,7 @@ func (c *config) options(scope string) []option {
 // storeOptions are the database's and the log's.
 func (c *config) storeOptions() []option {
 	return []option{
-		{"db", "SWITCHYARD_DB", "./switchyard.db", "SQLite database file", setString(&c.DB)},
+		{"db", "SWITCHYARD_DB", "./switchyard.db", "SQLite database file, or a postgres:// URL of a PostgreSQL database", setString(&c.DB)},
 		{"sync", "SWITCHYARD_SYNC", "FULL", "SQLite synchronous mode: FULL (a commit survives power loss) or NORMAL", func(v string) error {
 			return setOneOf(&c.Sync, "FULL", "NORMAL")(strings.ToUpper(v))
 		}},

@@ -175,7 +175,7 @@ func serve(ctx context.Context, cfg *config, run *demoRun, stdout, stderr io.Wri
 		srv.RegisterOnShutdown(f)
 	}
 	printBanner(stdout, u.public, sec, sandboxExposed(cfg))
-	log.Info("switchyard started", slog.String("addr", ln.Addr().String()), slog.String("db", cfg.DB),
+	log.Info("switchyard started", slog.String("addr", ln.Addr().String()), slog.String("db", store.Redact(cfg.DB)),
 		slog.Any("roles", cfg.Roles), slog.String("version", version()))
 	return runServer(ctx, cfg, srv, ln, app.workers, log)
 }

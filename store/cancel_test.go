@@ -42,6 +42,7 @@ func TestTxCancellation(t *testing.T) {
 
 	t.Run("a caller that hangs up never costs the rest of its batch their commit", func(t *testing.T) {
 		t.Parallel()
+		storetest.SQLiteOnly(t, "group commit is SQLite's; TestPostgresTx covers cancellation there")
 		db := storetest.New(t)
 		if err := db.Tx(context.Background(), func(tx *sql.Tx) error {
 			_, err := tx.Exec(`create table cancel_probe (caller text not null, n integer not null)`)
@@ -63,6 +64,7 @@ func TestTxCancellation(t *testing.T) {
 
 	t.Run("a lone live caller beside a caller that left commits", func(t *testing.T) {
 		t.Parallel()
+		storetest.SQLiteOnly(t, "group commit is SQLite's; TestPostgresTx covers cancellation there")
 		db := storetest.New(t)
 		release := holdWriter(t, db)
 		gone, cancel := context.WithCancel(context.Background())

@@ -24,12 +24,17 @@ import (
 // Both pools also watch the errors SQLite returns, so that a corrupt file is
 // noticed the first time any statement meets it (see DB.Corrupt).
 
-// connector opens connections of the SQLite driver through conn.
+// connector opens connections of a driver (SQLite's, or pgx's on
+// PostgreSQL) through conn.
 type connector struct {
 	driver.Connector
 	// keepCancel passes contexts through unchanged (the read pool, where an
-	// interrupt stops only the reader's own statement).
+	// interrupt stops only the reader's own statement, and every PostgreSQL
+	// connection, where a cancelled statement aborts only its own caller's
+	// transaction).
 	keepCancel bool
+	// rebind turns ? placeholders into PostgreSQL's $n (see Rebind).
+	rebind bool
 	// onErr sees every error a statement returns.
 	onErr func(error)
 }
@@ -42,6 +47,13 @@ func newConnector(dsn string, keepCancel bool, onErr func(error)) (*connector, e
 	return &connector{Connector: base, keepCancel: keepCancel, onErr: onErr}, nil
 }
 
+func (c *connector) sql(query string) string {
+	if c.rebind {
+		return Rebind(query)
+	}
+	return query
+}
+
 func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	dc, err := c.Connector.Connect(ctx)
 	if err != nil {
@@ -52,7 +64,8 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 }
 
 // conn forwards every optional interface the SQLite driver's connections
-// implement (sqlite.NewConnector documents the list).
+// implement (sqlite.NewConnector documents the list); pgx's implement the
+// same and NamedValueChecker.
 type conn struct {
 	c *connector
 	driver.Conn
@@ -66,6 +79,7 @@ var (
 	_ driver.Pinger             = (*conn)(nil)
 	_ driver.SessionResetter    = (*conn)(nil)
 	_ driver.Validator          = (*conn)(nil)
+	_ driver.NamedValueChecker  = (*conn)(nil)
 )
 
 // Unwrap returns the driver's own connection.
@@ -94,7 +108,7 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 }
 
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	s, err := c.Conn.(driver.ConnPrepareContext).PrepareContext(c.ctx(ctx), query)
+	s, err := c.Conn.(driver.ConnPrepareContext).PrepareContext(c.ctx(ctx), c.c.sql(query))
 	if err != nil {
 		return nil, c.seen(err)
 	}
@@ -102,12 +116,12 @@ func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	r, err := c.Conn.(driver.ExecerContext).ExecContext(c.ctx(ctx), query, args)
+	r, err := c.Conn.(driver.ExecerContext).ExecContext(c.ctx(ctx), c.c.sql(query), args)
 	return r, c.seen(err)
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	r, err := c.Conn.(driver.QueryerContext).QueryContext(c.ctx(ctx), query, args)
+	r, err := c.Conn.(driver.QueryerContext).QueryContext(c.ctx(ctx), c.c.sql(query), args)
 	if err != nil {
 		return nil, c.seen(err)
 	}
@@ -119,10 +133,29 @@ func (c *conn) Ping(ctx context.Context) error {
 }
 
 func (c *conn) ResetSession(ctx context.Context) error {
-	return c.Conn.(driver.SessionResetter).ResetSession(ctx)
+	if r, ok := c.Conn.(driver.SessionResetter); ok {
+		return r.ResetSession(ctx)
+	}
+	return nil
 }
 
-func (c *conn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
+// IsValid forwards the driver's own answer; pgx's connections give none,
+// and ResetSession tells database/sql when they are broken.
+func (c *conn) IsValid() bool {
+	if v, ok := c.Conn.(driver.Validator); ok {
+		return v.IsValid()
+	}
+	return true
+}
+
+// CheckNamedValue lets pgx take the argument types it knows; for SQLite's
+// connections, database/sql's default conversion applies.
+func (c *conn) CheckNamedValue(nv *driver.NamedValue) error {
+	if ch, ok := c.Conn.(driver.NamedValueChecker); ok {
+		return ch.CheckNamedValue(nv)
+	}
+	return driver.ErrSkip
+}
 
 type tx struct {
 	c *conn
@@ -168,37 +201,61 @@ func (r *rows) Next(dest []driver.Value) error {
 	return err
 }
 
-// The column-type interfaces of the driver's rows, for sql.Rows.ColumnTypes.
+// The column-type interfaces of the driver's rows, for sql.Rows.ColumnTypes;
+// an answer the driver does not give is "unknown".
 
 func (r *rows) ColumnTypeDatabaseTypeName(i int) string {
-	return r.Rows.(driver.RowsColumnTypeDatabaseTypeName).ColumnTypeDatabaseTypeName(i)
+	if ct, ok := r.Rows.(driver.RowsColumnTypeDatabaseTypeName); ok {
+		return ct.ColumnTypeDatabaseTypeName(i)
+	}
+	return ""
 }
 
 func (r *rows) ColumnTypeLength(i int) (int64, bool) {
-	return r.Rows.(driver.RowsColumnTypeLength).ColumnTypeLength(i)
+	if ct, ok := r.Rows.(driver.RowsColumnTypeLength); ok {
+		return ct.ColumnTypeLength(i)
+	}
+	return 0, false
 }
 
 func (r *rows) ColumnTypeNullable(i int) (bool, bool) {
-	return r.Rows.(driver.RowsColumnTypeNullable).ColumnTypeNullable(i)
+	if ct, ok := r.Rows.(driver.RowsColumnTypeNullable); ok {
+		return ct.ColumnTypeNullable(i)
+	}
+	return false, false
 }
 
 func (r *rows) ColumnTypePrecisionScale(i int) (int64, int64, bool) {
-	return r.Rows.(driver.RowsColumnTypePrecisionScale).ColumnTypePrecisionScale(i)
+	if ct, ok := r.Rows.(driver.RowsColumnTypePrecisionScale); ok {
+		return ct.ColumnTypePrecisionScale(i)
+	}
+	return 0, 0, false
 }
 
 func (r *rows) ColumnTypeScanType(i int) reflect.Type {
-	return r.Rows.(driver.RowsColumnTypeScanType).ColumnTypeScanType(i)
+	if ct, ok := r.Rows.(driver.RowsColumnTypeScanType); ok {
+		return ct.ColumnTypeScanType(i)
+	}
+	return reflect.TypeFor[any]()
 }
 
-// IsCorrupt reports whether err says the database file is damaged
-// (SQLITE_CORRUPT, SQLITE_NOTADB): retrying cannot help, and the file must be
-// restored from a backup.
+// IsCorrupt reports whether err says the database is damaged (SQLite's
+// SQLITE_CORRUPT and SQLITE_NOTADB, PostgreSQL's data_corrupted and
+// index_corrupted): retrying cannot help, and it must be restored from a
+// backup.
 func IsCorrupt(err error) bool {
 	if err == nil {
 		return false
 	}
 	if errors.Is(err, ErrCorrupt) {
 		return true
+	}
+	switch sqlstate(err) {
+	case "":
+	case sqlstateDataCorrupted, sqlstateIndexCorrupted:
+		return true
+	default:
+		return false
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {

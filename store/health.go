@@ -91,8 +91,11 @@ func (db *DB) Corrupt() error {
 // the quick check (O(N), no index contents) or the full one. It returns nil
 // when the file is sound, an error wrapping ErrCorrupt listing the first
 // faults found when it is not, and ctx's error when ctx ends first (the
-// check is interrupted).
+// check is interrupted). On PostgreSQL it refuses with ErrNotOnPostgres.
 func (db *DB) CheckIntegrity(ctx context.Context, full bool) error {
+	if db.Postgres() {
+		return fmt.Errorf("%w: PostgreSQL guards its own pages (initdb --data-checksums); check tables and indexes with the server's pg_amcheck", ErrNotOnPostgres)
+	}
 	pragma := "pragma quick_check(20)"
 	if full {
 		pragma = "pragma integrity_check(20)"
@@ -164,7 +167,7 @@ func (db *DB) Ready(ctx context.Context) (MigrationStatus, error) {
 	r := &db.ready
 	r.mu.Lock()
 	// A commit that failed since a good answer makes that answer stale.
-	failedSince := r.err == nil && db.batcher.lastFailed.Load() > r.at.UnixNano()
+	failedSince := r.err == nil && db.commits.lastFailed.Load() > r.at.UnixNano()
 	if !r.at.IsZero() && time.Since(r.at) < readyProbeEvery && !failedSince {
 		st, err := r.status, r.err
 		r.mu.Unlock()
@@ -199,7 +202,7 @@ func (db *DB) runProbe() {
 }
 
 func (db *DB) probe(ctx context.Context) (MigrationStatus, error) {
-	ok, failed := db.batcher.lastOK.Load(), db.batcher.lastFailed.Load()
+	ok, failed := db.commits.lastOK.Load(), db.commits.lastFailed.Load()
 	if ok == 0 || ok < failed || time.Since(time.Unix(0, ok)) > readyProbeEvery {
 		err := db.Tx(ctx, func(tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ func fileModeOf(t *testing.T, path string) fs.FileMode {
 }
 
 func TestFileModes(t *testing.T) {
+	storetest.SQLiteOnly(t, "file modes are those of SQLite's files; PostgreSQL's are the server's")
 	t.Parallel()
 	ctx := context.Background()
 
@@ -66,6 +68,7 @@ func TestFileModes(t *testing.T) {
 }
 
 func TestEmptyFileRefused(t *testing.T) {
+	storetest.SQLiteOnly(t, "an empty file is SQLite's failure")
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "empty.db")
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
@@ -84,6 +87,7 @@ func TestEmptyFileRefused(t *testing.T) {
 }
 
 func TestCorruption(t *testing.T) {
+	storetest.SQLiteOnly(t, "it damages SQLite's file format; PostgreSQL's pages are the server's")
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "damaged.db")
@@ -181,7 +185,7 @@ func TestReady(t *testing.T) {
 					return
 				}
 				errs[i] = db.Tx(context.Background(), func(tx *sql.Tx) error {
-					_, err := tx.Exec(`insert into store_settings (key, value, updated_at) values (?, 'v', 'now')`, i)
+					_, err := tx.Exec(`insert into store_settings (key, value, updated_at) values (?, 'v', 'now')`, fmt.Sprint(i))
 					return err
 				})
 			})

@@ -19,11 +19,29 @@ import (
 func (db *DB) AcquireLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
 	var held bool
 	err := db.Tx(ctx, func(tx *sql.Tx) error {
-		var err error
-		held, err = acquireLeaseTx(ctx, tx, name, owner, TS(db.Now()), ttl)
+		now, err := db.leaseNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		held, err = acquireLeaseTx(ctx, tx, name, owner, TS(now), ttl)
 		return err
 	})
 	return held, err
+}
+
+// leaseNow is the time lease expiries are stored in and judged by: the
+// store's clock, except on PostgreSQL with the system clock, where it is the
+// database server's, so that every instance on one database judges a lease
+// by the same clock however far their own clocks drift.
+func (db *DB) leaseNow(ctx context.Context, tx *sql.Tx) (time.Time, error) {
+	if _, system := db.Clock.(SystemClock); !system || !db.Postgres() {
+		return db.Now(), nil
+	}
+	var now time.Time
+	if err := tx.QueryRowContext(ctx, `select clock_timestamp()`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("store: read the database clock: %w", err)
+	}
+	return now.UTC(), nil
 }
 
 const acquireLeaseQuery = `
@@ -45,7 +63,10 @@ func acquireLeaseTx(ctx context.Context, tx *sql.Tx, name, owner string, now Tim
 func (db *DB) RenewLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
 	var held bool
 	err := db.Tx(ctx, func(tx *sql.Tx) error {
-		now := db.Now()
+		now, err := db.leaseNow(ctx, tx)
+		if err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx,
 			`update store_leases set expires_at = ? where name = ? and owner = ? and expires_at > ?`,
 			TS(now.Add(ttl)), name, owner, TS(now))
@@ -274,7 +295,11 @@ func (r *exclusive) take(ctx context.Context) (prev Lease, held bool, at time.Ti
 		default:
 			prev.Name, prev.ExpiresAt = r.name, exp.Time
 		}
-		held, err = acquireLeaseTx(ctx, tx, r.name, r.owner, TS(r.db.Now()), r.ttl)
+		now, err := r.db.leaseNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		held, err = acquireLeaseTx(ctx, tx, r.name, r.owner, TS(now), r.ttl)
 		return err
 	})
 	if err != nil {
@@ -388,8 +413,12 @@ func (r *exclusive) renew(ctx context.Context, now time.Time) chan renewal {
 	go func() {
 		var held bool
 		err := r.db.Tx(ctx, func(tx *sql.Tx) error {
+			now, err := r.db.leaseNow(ctx, tx)
+			if err != nil {
+				return err
+			}
 			res, err := tx.ExecContext(ctx, `update store_leases set expires_at = ? where name = ? and owner = ?`,
-				TS(r.db.Now().Add(r.ttl)), r.name, r.owner)
+				TS(now.Add(r.ttl)), r.name, r.owner)
 			if err != nil {
 				return err
 			}
@@ -408,9 +437,12 @@ func (r *exclusive) renew(ctx context.Context, now time.Time) chan renewal {
 func (r *exclusive) release(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	err := r.db.Tx(ctx, func(tx *sql.Tx) error {
-		now := TS(r.db.Now())
-		_, err := tx.ExecContext(ctx, `update store_leases set expires_at = ? where name = ? and owner = ? and expires_at > ?`,
-			now, r.name, r.owner, now)
+		now, err := r.db.leaseNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `update store_leases set expires_at = ? where name = ? and owner = ? and expires_at > ?`,
+			TS(now), r.name, r.owner, TS(now))
 		return err
 	})
 	if err != nil {

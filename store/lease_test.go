@@ -242,7 +242,8 @@ func TestRunExclusive(t *testing.T) {
 		expires := readLease(t, db, "job").ExpiresAt
 
 		// Another process takes the file's write lock and keeps it: every
-		// renewal fails with SQLITE_BUSY.
+		// renewal fails with SQLITE_BUSY. On PostgreSQL it locks the lease's
+		// row, so that every renewal waits.
 		other, err := store.Open(ctx, store.Options{Path: db.Path()})
 		if err != nil {
 			t.Fatal(err)
@@ -252,7 +253,12 @@ func TestRunExclusive(t *testing.T) {
 		release := sync.OnceFunc(func() { close(unlock) })
 		t.Cleanup(release) // before other.Close, which waits for the transaction
 		go func() {
-			unlocked <- other.Tx(ctx, func(*sql.Tx) error {
+			unlocked <- other.Tx(ctx, func(tx *sql.Tx) error {
+				if other.Postgres() {
+					if _, err := tx.ExecContext(ctx, `select name from store_leases where name = 'job' for update`); err != nil {
+						return err
+					}
+				}
 				close(locked)
 				<-unlock
 				return nil

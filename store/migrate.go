@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 
 	"switchyard/migrations"
 )
@@ -24,15 +25,28 @@ type MigrationStatus struct {
 // Pending reports whether migrations remain to apply.
 func (s MigrationStatus) Pending() bool { return s.Current < s.Latest }
 
+// migrator is goose over the dialect's set of migrations (migrations/ for
+// SQLite, migrations/postgres/ for PostgreSQL: the same versions). On
+// PostgreSQL it holds goose's session advisory lock while it migrates, so
+// that several instances starting at once migrate once; on SQLite the
+// writer's immediate transactions serialize them.
 func (db *DB) migrator() (*goose.Provider, error) {
-	fsys, err := fs.Sub(migrations.FS, ".")
-	if err != nil {
-		return nil, err
-	}
-	return goose.NewProvider(goose.DialectSQLite3, db.Write, fsys,
+	dialect, fsys, opts := goose.DialectSQLite3, fs.FS(migrations.FS), []goose.ProviderOption{
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithSlog(db.log.With(slog.String("component", "migrate"))),
-	)
+	}
+	if db.Postgres() {
+		sub, err := fs.Sub(migrations.PostgresFS, "postgres")
+		if err != nil {
+			return nil, err
+		}
+		locker, err := lock.NewPostgresSessionLocker()
+		if err != nil {
+			return nil, err
+		}
+		dialect, fsys, opts = goose.DialectPostgres, sub, append(opts, goose.WithSessionLocker(locker))
+	}
+	return goose.NewProvider(dialect, db.Write, fsys, opts...)
 }
 
 // Migrate applies every pending migration and returns the versions applied.

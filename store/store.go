@@ -1,12 +1,15 @@
-// Package store opens Switchyard's one SQLite file and owns everything
-// dialect-specific: the connection set-up, pragmas, write transactions with
-// group commit, the clock, lease locks, settings and the migration runner.
+// Package store opens Switchyard's database — one SQLite file, or a
+// PostgreSQL database named by a postgres:// URL — and owns everything
+// dialect-specific: the connection set-up, pragmas, write transactions (group
+// commit on SQLite, retried READ COMMITTED transactions on PostgreSQL), the
+// clock, lease locks, settings, error classes and the migration runner.
 //
-// The domain packages write portable SQL with ? placeholders and keep times
-// as store.Timestamp, so the same code can run on PostgreSQL behind this seam
-// (goqite has a PostgreSQL flavour; see Dialect).
+// The domain packages write one SQL text in the subset both dialects share,
+// with ? placeholders (the PostgreSQL connections rebind them to $n, see
+// Rebind), and keep times as store.Timestamp: fixed-width UTC text on both,
+// so that text order is time order.
 //
-// Writes go through one writer connection: DB.Tx runs the caller's function
+// On SQLite, writes go through one writer connection: DB.Tx runs the caller's function
 // inside a shared immediate transaction together with the functions of other
 // concurrent callers (each in its own savepoint) and commits them with one
 // fsync. A nil error from Tx means the caller's writes are committed, and a
@@ -34,7 +37,7 @@ import (
 // Dialect names the SQL flavour behind the store.
 type Dialect string
 
-// DialectSQLite is the only dialect this build opens; PostgreSQL is the planned second.
+// DialectSQLite is a SQLite file, opened from its path.
 const DialectSQLite Dialect = "sqlite"
 
 // Synchronous modes that Open accepts (SQLite's PRAGMA synchronous).
@@ -45,15 +48,22 @@ const (
 
 // Options configure Open. Zero values get defaults.
 type Options struct {
-	// Path of the SQLite file; created when missing.
+	// Path of the SQLite file, created when missing; or a postgres:// URL
+	// of an existing PostgreSQL database.
 	Path string
-	// Synchronous is FULL (default: a commit survives a power cut) or NORMAL.
+	// Synchronous is FULL (default: a commit survives a power cut) or NORMAL
+	// (SQLite only; PostgreSQL's durability is the server's own setting).
 	Synchronous string
-	// BusyTimeout is how long a statement waits for another process's lock (default 10 s).
+	// BusyTimeout is how long a statement waits for another process's lock
+	// (SQLite only; default 10 s).
 	BusyTimeout time.Duration
 	// ReadConns is the size of the read pool (default: max(4, 2×CPUs)).
 	ReadConns int
-	// MaxBatch caps how many callers share one commit (default 256).
+	// WriteConns is the size of the PostgreSQL writer pool, the number of
+	// transactions that run at once (default: max(8, 4×CPUs)). SQLite has
+	// one writer connection.
+	WriteConns int
+	// MaxBatch caps how many callers share one commit (SQLite only; default 256).
 	MaxBatch int
 	// Clock tells the time; nil means the system clock.
 	Clock Clock
@@ -75,17 +85,22 @@ type DB struct {
 
 	path    string
 	log     *slog.Logger
-	batcher *batcher
+	batcher *batcher // nil on PostgreSQL
+	closed  atomic.Bool
+	commits commitLog
+	hooks   hooks
 	corrupt atomic.Pointer[error] // the first corruption any statement met
 	ready   readiness
 	ext     sync.Map // Ext's values, by their owners' keys
 }
 
-// Open opens (creating if needed) the SQLite file at opts.Path with WAL,
-// foreign keys, a busy timeout and the configured synchronous mode. A new
-// file is created with mode 0600 (its -wal and -shm files follow it), an
-// older file readable by others is tightened, and an existing file of 0 bytes
-// is refused with ErrEmptyFile. It does not migrate; call Migrate.
+// Open opens the database opts.Path names. A postgres:// URL opens that
+// PostgreSQL database (which must exist). A path opens (creating if needed)
+// the SQLite file with WAL, foreign keys, a busy timeout and the configured
+// synchronous mode: a new file is created with mode 0600 (its -wal and -shm
+// files follow it), an older file readable by others is tightened, and an
+// existing file of 0 bytes is refused with ErrEmptyFile. It does not
+// migrate; call Migrate.
 func Open(ctx context.Context, opts Options) (*DB, error) {
 	if opts.Path == "" {
 		return nil, errors.New("store: empty database path")
@@ -112,6 +127,13 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if IsPostgresURL(opts.Path) {
+		db := &DB{Clock: opts.Clock, Dialect: DialectPostgres, path: opts.Path, log: opts.Logger}
+		if err := openPostgres(ctx, db, opts); err != nil {
+			return nil, err
+		}
+		return db, nil
 	}
 
 	pragmas := []string{
@@ -155,7 +177,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	read.SetMaxIdleConns(opts.ReadConns)
 
 	db.Write, db.Read = write, read
-	if db.batcher, err = newBatcher(write, opts.MaxBatch); err != nil {
+	if db.batcher, err = newBatcher(write, &db.hooks, &db.commits, opts.MaxBatch); err != nil {
 		write.Close()
 		read.Close()
 		return nil, err
@@ -172,29 +194,51 @@ func dsn(path, txlock string, pragmas []string) string {
 	return "file:" + path + "?" + q.Encode()
 }
 
-// Path returns the database file's path.
+// Path returns the database file's path, or the PostgreSQL URL (see Redact
+// before showing it).
 func (db *DB) Path() string { return db.path }
+
+// Postgres reports whether the database is PostgreSQL.
+func (db *DB) Postgres() bool { return db.Dialect == DialectPostgres }
 
 // Close stops the committer, drops the values kept by Ext (closing those
 // that are io.Closers), then closes both pools. Transactions already queued
 // are committed first.
 func (db *DB) Close() error {
-	db.batcher.close()
+	db.closed.Store(true)
+	if db.batcher != nil {
+		db.batcher.close()
+	}
 	return errors.Join(db.closeExt(), db.Read.Close(), db.Write.Close())
 }
 
 // Now is shorthand for db.Clock.Now().UTC().
 func (db *DB) Now() time.Time { return db.Clock.Now().UTC() }
 
-// IsFull reports whether err is SQLite's "database or disk is full".
+// IsFull reports whether err says the database has no room: SQLite's
+// "database or disk is full", PostgreSQL's disk_full (53100) or
+// out_of_memory (53200).
 func IsFull(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "(13)") // SQLITE_FULL
+	if err == nil {
+		return false
+	}
+	switch sqlstate(err) {
+	case sqlstateDiskFull, sqlstateOutOfMemory:
+		return true
+	case "":
+		return strings.Contains(err.Error(), "(13)") // SQLITE_FULL
+	}
+	return false
 }
 
-// IsUniqueViolation reports whether err is a unique or primary-key constraint failure.
+// IsUniqueViolation reports whether err is a unique or primary-key
+// constraint failure (PostgreSQL's 23505).
 func IsUniqueViolation(err error) bool {
 	if err == nil {
 		return false
+	}
+	if code := sqlstate(err); code != "" {
+		return code == sqlstateUniqueViolation
 	}
 	s := err.Error()
 	return strings.Contains(s, "UNIQUE constraint failed") || strings.Contains(s, "(2067)") || strings.Contains(s, "(1555)")

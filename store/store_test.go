@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,6 +111,7 @@ func TestTx(t *testing.T) {
 
 	t.Run("a full database fails the batch and keeps nothing", func(t *testing.T) {
 		t.Parallel()
+		storetest.SQLiteOnly(t, "a full database is SQLite's max_page_count here (see storetest.FillUp)")
 		db := storetest.New(t)
 		var pages int
 		if err := db.Write.QueryRow(`pragma page_count`).Scan(&pages); err != nil {
@@ -139,8 +141,7 @@ func TestTx(t *testing.T) {
 
 	t.Run("Close commits what is queued, then refuses", func(t *testing.T) {
 		t.Parallel()
-		path := filepath.Join(t.TempDir(), "c.db")
-		db := storetest.NewWith(t, store.Options{Path: path})
+		db := storetest.New(t)
 		if err := db.SetSetting(ctx, "a", "b"); err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +244,7 @@ func TestMigrate(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "n.db")
 		db := storetest.NewWith(t, store.Options{Path: path})
-		if _, err := db.Write.Exec(`insert into goose_db_version (version_id, is_applied) values (99999, 1)`); err != nil {
+		if _, err := db.Write.Exec(`insert into goose_db_version (version_id, is_applied) values (99999, true)`); err != nil {
 			t.Fatal(err)
 		}
 		_, err := db.Migrate(ctx)
@@ -270,6 +271,13 @@ func TestBackup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := storetest.New(t)
+	if db.Postgres() {
+		err := db.Backup(ctx, filepath.Join(t.TempDir(), "backup.db"))
+		if !errors.Is(err, store.ErrNotOnPostgres) || !strings.Contains(err.Error(), "pg_dump") {
+			t.Fatalf("backup on PostgreSQL: %v, want a refusal that names pg_dump", err)
+		}
+		return
+	}
 	for i := range 100 {
 		if err := db.SetSetting(ctx, fmt.Sprint("k", i), "v"); err != nil {
 			t.Fatal(err)

@@ -32,9 +32,22 @@ type TxFunc func(tx *sql.Tx) error
 //
 // When the shared commit fails, every caller in the batch gets the error and
 // none of their writes are kept.
+//
+// On PostgreSQL there is no batch: each call is an ordinary READ COMMITTED
+// transaction from the writer pool, run again (up to maxTxAttempts) when
+// PostgreSQL rolled it back for a serialization failure or deadlock. fn must
+// therefore be safe to run more than once: it may set the caller's variables,
+// but anything it does outside the database belongs in AfterCommit. The
+// context rules are the same.
 func (db *DB) Tx(ctx context.Context, fn TxFunc) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if db.batcher == nil {
+		if db.closed.Load() {
+			return ErrClosed
+		}
+		return db.pgTx(ctx, fn)
 	}
 	req := &txRequest{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	if err := db.batcher.submit(req); err != nil {
@@ -64,6 +77,9 @@ type txRequest struct {
 	fn    TxFunc
 	done  chan error
 	state atomic.Int32
+	// after holds the functions fn gave AfterCommit; they run once the
+	// batch committed with this caller's writes in it.
+	after []func()
 }
 
 // take claims req for running; false means its caller has left (or its ctx
@@ -81,6 +97,8 @@ func (req *txRequest) take() bool {
 // IMMEDIATE … COMMIT, and answers each.
 type batcher struct {
 	db       *sql.DB
+	hooks    *hooks
+	commits  *commitLog
 	maxBatch int
 	// Savepoint statements are prepared once: a batch runs three per caller.
 	savepoint, rollbackTo, release *sql.Stmt
@@ -89,24 +107,28 @@ type batcher struct {
 	closed  bool
 	pending chan *txRequest
 	stopped chan struct{}
+}
 
-	// lastOK and lastFailed are the wall-clock times (UnixNano) of the last
-	// commit that succeeded and the last that failed: readiness takes a
-	// recent successful commit as proof that the database takes writes.
+// commitLog keeps the wall-clock times (UnixNano) of the last commit that
+// succeeded and the last that failed: readiness takes a recent successful
+// commit as proof that the database takes writes.
+type commitLog struct {
 	lastOK, lastFailed atomic.Int64
 }
 
-func (b *batcher) committed(err error) {
+func (l *commitLog) committed(err error) {
 	if err != nil {
-		b.lastFailed.Store(time.Now().UnixNano())
+		l.lastFailed.Store(time.Now().UnixNano())
 		return
 	}
-	b.lastOK.Store(time.Now().UnixNano())
+	l.lastOK.Store(time.Now().UnixNano())
 }
 
-func newBatcher(db *sql.DB, maxBatch int) (*batcher, error) {
+func newBatcher(db *sql.DB, h *hooks, commits *commitLog, maxBatch int) (*batcher, error) {
 	b := &batcher{
 		db:       db,
+		hooks:    h,
+		commits:  commits,
 		maxBatch: maxBatch,
 		pending:  make(chan *txRequest, 4*maxBatch),
 		stopped:  make(chan struct{}),
@@ -201,7 +223,7 @@ func (b *batcher) commit(batch []*txRequest) {
 			continue
 		}
 		if single {
-			results[i], lone = run(req, tx), i
+			results[i], lone = b.runReq(req, tx), i
 			continue
 		}
 		if _, err := tx.Stmt(b.savepoint).Exec(); err != nil {
@@ -209,7 +231,7 @@ func (b *batcher) commit(batch []*txRequest) {
 			fail(batch, results, fmt.Errorf("store: savepoint: %w", err))
 			return
 		}
-		if results[i] = run(req, tx); results[i] != nil {
+		if results[i] = b.runReq(req, tx); results[i] != nil {
 			if _, err := tx.Stmt(b.rollbackTo).Exec(); err != nil {
 				// SQLite rolled the whole transaction back (disk full, I/O error):
 				// nothing of this batch is kept.
@@ -232,25 +254,38 @@ func (b *batcher) commit(batch []*txRequest) {
 	}
 	if err := tx.Commit(); err != nil {
 		_ = tx.Rollback()
-		b.committed(err)
+		b.commits.committed(err)
 		fail(batch, results, fmt.Errorf("store: commit: %w", err))
 		return
 	}
-	b.committed(nil)
+	b.commits.committed(nil)
+	for i, req := range batch {
+		if results[i] == nil {
+			runAfter(req.after)
+		}
+	}
 	answer(batch, results)
 }
 
-// run runs req's function. A caller whose context ended while it ran gets
-// the context's error, so that its writes are rolled back with its savepoint
-// (or its lone transaction) while the rest of the batch commits.
-func run(req *txRequest, tx *sql.Tx) (err error) {
+// run runs req's function, collecting what it gives AfterCommit.
+func (b *batcher) runReq(req *txRequest, tx *sql.Tx) error {
+	b.hooks.begin(tx, &req.after)
+	defer b.hooks.end(tx)
+	return runFunc(req.ctx, req.fn, tx)
+}
+
+// runFunc runs fn. A caller whose context ended while it ran gets the
+// context's error, so that its writes are rolled back (with its savepoint,
+// its lone transaction, or its PostgreSQL transaction) while the rest of a
+// batch commits.
+func runFunc(ctx context.Context, fn TxFunc, tx *sql.Tx) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("store: transaction function panicked: %v", p)
 		}
 	}()
-	err = req.fn(tx)
-	if cerr := req.ctx.Err(); cerr != nil && err == nil {
+	err = fn(tx)
+	if cerr := ctx.Err(); cerr != nil && err == nil {
 		err = cerr
 	}
 	return err

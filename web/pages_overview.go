@@ -8,6 +8,7 @@ import (
 
 	"switchyard/bot/backend"
 	"switchyard/referral"
+	"switchyard/store"
 )
 
 // overviewModel is the Overview page: each subsystem's live numbers with a
@@ -68,7 +69,7 @@ func (s *Server) overviewModel(r *http.Request) (overviewModel, error) {
 	m := overviewModel{
 		Version:  s.opts.Version,
 		Roles:    strings.Join(s.opts.Roles, ", "),
-		Database: s.opts.DB.Path(),
+		Database: store.Redact(s.opts.DB.Path()),
 	}
 	if st, err := s.opts.DB.MigrationStatus(ctx); err == nil {
 		m.SchemaVersion = st.Current

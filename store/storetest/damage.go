@@ -13,6 +13,7 @@ import (
 // open elsewhere; it is checkpointed first so the index lives in the file.
 func DamageIndex(t testing.TB, path, index string) {
 	t.Helper()
+	SQLiteOnly(t, "it damages SQLite's file format; PostgreSQL's pages are the server's")
 	db, err := store.Open(context.Background(), store.Options{Path: path})
 	if err != nil {
 		t.Fatal(err)

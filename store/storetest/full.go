@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,8 +18,13 @@ import (
 // it consumed; with keep, a goroutine takes those back every few
 // milliseconds, as other writers on a full disk would. The returned function
 // stops it and gives room back.
+//
+// On PostgreSQL the test is skipped: filling the server's disk would need a
+// quota of its own (a tablespace on a small file system), which a test cannot
+// make. store.IsFull knows PostgreSQL's disk_full for real deployments.
 func FillUp(tb testing.TB, db *store.DB, keep bool) (makeRoom func()) {
 	tb.Helper()
+	SQLiteOnly(tb, "a full disk is SQLite's max_page_count here; PostgreSQL has no per-database equivalent without a tablespace on a small file system")
 	if _, err := db.Write.Exec(`create table if not exists full_test_filler (b blob)`); err != nil {
 		tb.Fatal(err)
 	}
@@ -79,11 +85,14 @@ func FillUp(tb testing.TB, db *store.DB, keep bool) (makeRoom func()) {
 	}
 }
 
-// CommitWatch tells whether anything was committed to a database: PRAGMA
-// data_version, read on one pinned read connection, changes exactly when
-// another connection commits a change, and stays put for an empty or rolled
-// back transaction.
+// CommitWatch tells whether anything was committed to a database. On SQLite,
+// PRAGMA data_version, read on one pinned read connection, changes exactly
+// when another connection commits a change, and stays put for an empty or
+// rolled back transaction. PostgreSQL has no per-database counter of
+// commits, so there the version is a digest of every row of every table: it
+// changes when a commit changed what the database holds.
 type CommitWatch struct {
+	db   *store.DB
 	conn *sql.Conn
 }
 
@@ -95,15 +104,43 @@ func WatchCommits(tb testing.TB, db *store.DB) *CommitWatch {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = conn.Close() })
-	return &CommitWatch{conn: conn}
+	return &CommitWatch{db: db, conn: conn}
 }
 
-// Version is the database's data_version now; compare two readings.
-func (w *CommitWatch) Version(tb testing.TB) int64 {
+// Version tells the database's state now; compare two readings.
+func (w *CommitWatch) Version(tb testing.TB) string {
 	tb.Helper()
-	var v int64
-	if err := w.conn.QueryRowContext(context.Background(), `pragma data_version`).Scan(&v); err != nil {
+	ctx := context.Background()
+	if !w.db.Postgres() {
+		var v int64
+		if err := w.conn.QueryRowContext(ctx, `pragma data_version`).Scan(&v); err != nil {
+			tb.Fatal(err)
+		}
+		return fmt.Sprint(v)
+	}
+	rows, err := w.conn.QueryContext(ctx, `select tablename from pg_tables where schemaname = 'public' order by tablename`)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return v
+	var tables []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			tb.Fatal(err)
+		}
+		tables = append(tables, t)
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	var digest strings.Builder
+	for _, t := range tables {
+		var d string
+		q := `select coalesce(md5(string_agg(r::text, ',' order by r::text)), '') from "` + t + `" as r`
+		if err := w.conn.QueryRowContext(ctx, q).Scan(&d); err != nil {
+			tb.Fatal(err)
+		}
+		digest.WriteString(t + "=" + d + ";")
+	}
+	return digest.String()
 }

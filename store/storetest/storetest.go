@@ -1,9 +1,11 @@
-// Package storetest opens migrated databases in a test's temporary folder.
+// Package storetest opens migrated databases for tests: SQLite files in the
+// test's temporary folder, or, when SWITCHYARD_TEST_DB names a PostgreSQL
+// server, a database of the test's own on it (see EnvTestDB).
 package storetest
 
 import (
 	"context"
-	"path/filepath"
+	"database/sql"
 	"testing"
 	"time"
 
@@ -23,11 +25,12 @@ func NewWithClock(t testing.TB) (*store.DB, *store.ManualClock) {
 	return NewWith(t, store.Options{Clock: clock}), clock
 }
 
-// NewWith opens a migrated database with opts; an empty Path means a file in t.TempDir().
+// NewWith opens a migrated database with opts; an empty Path means a new
+// database of the test's own (MigratedSource).
 func NewWith(t testing.TB, opts store.Options) *store.DB {
 	t.Helper()
 	if opts.Path == "" {
-		opts.Path = filepath.Join(t.TempDir(), "switchyard.db")
+		opts.Path = MigratedSource(t)
 	}
 	db, err := store.Open(context.Background(), opts)
 	if err != nil {
@@ -42,9 +45,15 @@ func NewWith(t testing.TB, opts store.Options) *store.DB {
 
 // RefuseWrites makes every write to db fail from now on, as on a read-only
 // file (root ignores file modes): query_only sticks to the writer, which is
-// one connection. The returned function lets writes through again.
+// one connection. On PostgreSQL the database is set to
+// default_transaction_read_only, as on a standby, and its sessions are ended
+// so that every new one starts read-only. The returned function lets writes
+// through again.
 func RefuseWrites(tb testing.TB, db *store.DB) (allow func()) {
 	tb.Helper()
+	if db.Postgres() {
+		return refuseWritesPostgres(tb, db)
+	}
 	if _, err := db.Write.Exec(`pragma query_only = on`); err != nil {
 		tb.Fatal(err)
 	}
@@ -53,5 +62,35 @@ func RefuseWrites(tb testing.TB, db *store.DB) (allow func()) {
 		if _, err := db.Write.Exec(`pragma query_only = off`); err != nil {
 			tb.Fatal(err)
 		}
+	}
+}
+
+func refuseWritesPostgres(tb testing.TB, db *store.DB) (allow func()) {
+	tb.Helper()
+	admin, _ := maintenance(tb)
+	var name string
+	if err := db.Read.QueryRow(`select current_database()`).Scan(&name); err != nil {
+		tb.Fatal(err)
+	}
+	set := func(q string) {
+		tb.Helper()
+		if _, err := admin.Exec(`alter database ` + name + ` ` + q); err != nil {
+			tb.Fatal(err)
+		}
+		// Idle sessions close cleanly; the few in use are ended.
+		for _, pool := range []*sql.DB{db.Write, db.Read} {
+			pool.SetMaxIdleConns(0)
+		}
+		if _, err := admin.Exec(`select pg_terminate_backend(pid) from pg_stat_activity where datname = $1`, name); err != nil {
+			tb.Fatal(err)
+		}
+		for _, pool := range []*sql.DB{db.Write, db.Read} {
+			pool.SetMaxIdleConns(4)
+		}
+	}
+	set(`set default_transaction_read_only = on`)
+	return func() {
+		tb.Helper()
+		set(`reset default_transaction_read_only`)
 	}
 }

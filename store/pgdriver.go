@@ -1,3 +1,0 @@
-package store
-
-import _ "github.com/jackc/pgx/v5/stdlib"
