@@ -20,7 +20,9 @@
 // PostgreSQL (PostgresFS): the same tables, columns, keys and indexes, with
 // bigint for every integer, bytea for blob, identities for the ids the
 // database assigns, and times as the same fixed-width UTC text, so one SQL
-// text runs on both backends. A new migration is written in both folders;
+// text runs on both backends. Every text column is collate "C", so that keys
+// and times compare and sort byte by byte as on SQLite, whatever the
+// database's locale. A new migration is written in both folders;
 // schema_test.go checks that the two define the same schema after every
 // version.
 package migrations

@@ -154,6 +154,28 @@ func TestPostgresMigrationsDefineTheSQLiteSchema(t *testing.T) {
 		}
 	})
 
+	t.Run("every text column on PostgreSQL orders bytes as SQLite does (collation C), whatever the database's locale", func(t *testing.T) {
+		rows, err := pg.QueryContext(ctx, `
+			select table_name, column_name, coalesce(collation_name, '(the database default)') from information_schema.columns
+			where table_schema = current_schema() and table_name <> 'goose_db_version'
+				and data_type = 'text' and coalesce(collation_name, '') <> 'C'
+			order by table_name, column_name`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var table, column, coll string
+			if err := rows.Scan(&table, &column, &coll); err != nil {
+				t.Fatal(err)
+			}
+			t.Errorf("%s.%s collates by %s: keys and times are compared and sorted as bytes, so it is collate \"C\"", table, column, coll)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("every listed explicit id is still a rowid column on SQLite", func(t *testing.T) {
 		final := readSQLiteSchema(t, lite)
 		for _, key := range slices.Sorted(maps.Keys(explicitIDs)) {

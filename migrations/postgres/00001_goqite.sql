@@ -7,12 +7,12 @@
 -- both backends. The id is "m_" and 32 lower-case hex digits, as on SQLite
 -- (gen_random_uuid is built in since PostgreSQL 13; no pgcrypto).
 create table goqite (
-  id text primary key default ('m_' || replace(gen_random_uuid()::text, '-', '')),
-  created text not null default (to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
-  updated text not null default (to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
-  queue text not null,
+  id text collate "C" primary key default ('m_' || replace(gen_random_uuid()::text, '-', '')),
+  created text collate "C" not null default (to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
+  updated text collate "C" not null default (to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
+  queue text collate "C" not null,
   body bytea not null,
-  timeout text not null default (to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
+  timeout text collate "C" not null default (to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
   received bigint not null default 0,
   priority bigint not null default 0
 );

@@ -1,17 +1,17 @@
 -- +goose Up
 -- Settings the process keeps between starts: generated secrets, first-start facts.
 create table store_settings (
-  key text primary key,
-  value text not null,
-  updated_at text not null
+  key text collate "C" primary key,
+  value text collate "C" not null,
+  updated_at text collate "C" not null
 );
 
 -- Lease locks for single-flight work across processes on one file
 -- (the specs' Redlock): a lease is held until expires_at or release.
 create table store_leases (
-  name text primary key,
-  owner text not null,
-  expires_at text not null
+  name text collate "C" primary key,
+  owner text collate "C" not null,
+  expires_at text collate "C" not null
 );
 
 -- One row that /readyz rewrites to prove the database takes writes.
@@ -19,7 +19,7 @@ create table store_leases (
 -- (store/health.go).
 create table store_heartbeat (
   id bigint primary key check (id = 1),
-  at text not null
+  at text collate "C" not null
 );
 
 -- +goose Down

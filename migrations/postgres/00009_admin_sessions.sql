@@ -7,10 +7,10 @@
 -- the row; expired rows and rows of an old token are deleted at login.
 -- Times are UTC text (store.TimeLayout).
 create table admin_sessions (
-  id_hash text primary key,
-  token_fp text not null,
-  created_at text not null,
-  expires_at text not null
+  id_hash text collate "C" primary key,
+  token_fp text collate "C" not null,
+  created_at text collate "C" not null,
+  expires_at text collate "C" not null
 );
 
 create index admin_sessions_expires_at on admin_sessions (expires_at);
