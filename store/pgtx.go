@@ -29,12 +29,18 @@ func (db *DB) pgTx(ctx context.Context, fn TxFunc) error {
 }
 
 func (db *DB) pgTxOnce(ctx context.Context, fn TxFunc) error {
-	// The transaction itself is not bound to ctx: database/sql would roll it
-	// back the moment ctx ends, even during the commit, and then nobody could
-	// tell whether it committed. fn's statements run on ctx (ending it
-	// cancels them, and fn's error rolls the transaction back); once fn has
-	// returned with ctx live, the commit runs to its end.
-	tx, err := db.Write.BeginTx(context.WithoutCancel(ctx), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	// The wait for a connection ends with ctx, but the transaction itself is
+	// not bound to ctx: database/sql would roll it back the moment ctx ends,
+	// even during the commit, and then nobody could tell whether it
+	// committed. fn's statements run on ctx (ending it cancels them, and fn's
+	// error rolls the transaction back); once fn has returned with ctx live,
+	// the commit runs to its end.
+	conn, err := db.Write.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("store: begin: %w", err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}

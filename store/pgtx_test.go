@@ -164,6 +164,36 @@ func TestPostgresTx(t *testing.T) {
 		}
 	})
 
+	t.Run("a caller whose context ends while every connection is busy returns at once", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.NewWith(t, store.Options{WriteConns: 1})
+		held, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		go func() {
+			done <- db.Tx(ctx, func(*sql.Tx) error {
+				close(held)
+				<-release
+				return nil
+			})
+		}()
+		<-held
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		returned := make(chan error, 1)
+		go func() { returned <- db.Tx(cctx, func(*sql.Tx) error { return nil }) }()
+		select {
+		case err := <-returned:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want context.DeadlineExceeded", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("Tx waited for a connection long after its caller's context ended")
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("SQLSTATEs classify errors", func(t *testing.T) {
 		t.Parallel()
 		db := storetest.New(t)

@@ -46,3 +46,17 @@ func FuzzRebind(f *testing.F) {
 		}
 	})
 }
+
+func TestRedact(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"./switchyard.db", "./switchyard.db"},
+		{"postgres://sw:s3cret@db.internal:5432/sw?sslmode=require", "postgres://sw:xxxxx@db.internal:5432/sw?sslmode=require"},
+		{"postgresql://sw@db/sw?password=s3cret&sslmode=disable", "postgresql://sw@db/sw?password=xxxxx&sslmode=disable"},
+		{"postgres://db/sw", "postgres://db/sw"},
+	} {
+		got := store.Redact(c.in)
+		if got != c.want || strings.Contains(got, "s3cret") {
+			t.Errorf("Redact(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
