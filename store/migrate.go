@@ -40,7 +40,9 @@ func (db *DB) migrator() (*goose.Provider, error) {
 		if err != nil {
 			return nil, err
 		}
-		locker, err := lock.NewPostgresSessionLocker()
+		// An instance waiting for another's migration looks again every
+		// second, for up to ten minutes (goose's default: every 5 s).
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 600))
 		if err != nil {
 			return nil, err
 		}

@@ -242,8 +242,7 @@ func TestMigrate(t *testing.T) {
 
 	t.Run("a database written by a newer binary is refused", func(t *testing.T) {
 		t.Parallel()
-		path := filepath.Join(t.TempDir(), "n.db")
-		db := storetest.NewWith(t, store.Options{Path: path})
+		db := storetest.New(t)
 		if _, err := db.Write.Exec(`insert into goose_db_version (version_id, is_applied) values (99999, true)`); err != nil {
 			t.Fatal(err)
 		}
@@ -252,6 +251,52 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("err = %v, want ErrNewerSchema", err)
 		}
 	})
+}
+
+// Several instances starting at once on one PostgreSQL database migrate it
+// once: goose holds its session advisory lock while it migrates.
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	if !storetest.Postgres() {
+		t.Skip("PostgreSQL only: instances on one SQLite file are the next issue's")
+	}
+	ctx := context.Background()
+	source := storetest.Source(t) // empty
+	const instances = 4
+	var (
+		wg      sync.WaitGroup
+		applied [instances][]int64
+		errs    [instances]error
+	)
+	for i := range instances {
+		wg.Go(func() {
+			db, err := store.Open(ctx, store.Options{Path: source})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer db.Close()
+			applied[i], errs[i] = db.Migrate(ctx)
+		})
+	}
+	wg.Wait()
+	versions := map[int64]int{}
+	for i := range instances {
+		if errs[i] != nil {
+			t.Fatalf("instance %d: %v", i, errs[i])
+		}
+		for _, v := range applied[i] {
+			versions[v]++
+		}
+	}
+	if len(versions) == 0 {
+		t.Fatal("no instance applied anything")
+	}
+	for v, n := range versions {
+		if n != 1 {
+			t.Errorf("version %d applied %d times", v, n)
+		}
+	}
 }
 
 func TestTimestamp(t *testing.T) {
