@@ -31,16 +31,7 @@ func chatWithInbound(t *testing.T, retry queue.RetryPolicy) (*store.DB, func(bod
 // failInserts makes storing a message with this text fail, until undone.
 func failInserts(t *testing.T, db *store.DB, text string) (undo func()) {
 	t.Helper()
-	name := fmt.Sprintf("omni_test_fail_%d", time.Now().UnixNano())
-	if _, err := db.Write.Exec(`create trigger ` + name + ` before insert on omni_messages when new.text = '` + text + `'
-		begin select raise(abort, 'injected failure'); end`); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if _, err := db.Write.Exec(`drop trigger ` + name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return failInsertsWhen(t, db, "omni_messages", `new.text = '`+text+`'`, "injected failure", "")
 }
 
 func threadTexts(t *testing.T, db *store.DB, chatID string) []string {
