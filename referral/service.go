@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -52,6 +53,10 @@ type Service struct {
 	bondsOut txPublisher
 	leadsOut txPublisher
 	stmts    map[string]*sql.Stmt // consumerQueries, prepared on the writer
+	// linkQuery and ownerQuery are branch B's reads of the link and of its
+	// owner's replica: liveLinkByURLQuery and getReplicaQuery, locking the
+	// rows on PostgreSQL (see readAttachFacts).
+	linkQuery, ownerQuery string
 }
 
 // New declares the referral topics (pin.identity.users.v1 with 6
@@ -93,8 +98,16 @@ func New(ctx context.Context, opts Opts) (*Service, error) {
 		}
 		topics[name] = t
 	}
-	s.stmts = make(map[string]*sql.Stmt, len(consumerQueries))
-	for _, q := range consumerQueries {
+	s.linkQuery, s.ownerQuery = liveLinkByURLQuery, getReplicaQuery
+	if opts.DB.Postgres() {
+		s.linkQuery, s.ownerQuery = liveLinkByURLQuery+lockShared, getReplicaQuery+lockShared
+	}
+	queries := append(slices.Clip(consumerQueries), s.linkQuery, s.ownerQuery)
+	s.stmts = make(map[string]*sql.Stmt, len(queries))
+	for _, q := range queries {
+		if s.stmts[q] != nil {
+			continue // SQLite's link and owner reads are plain ones
+		}
 		st, err := opts.DB.Write.PrepareContext(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("referral: prepare: %w", err)
