@@ -17,7 +17,7 @@ import (
 
 // TestConcurrentWriters runs the consumer's transaction beside other
 // transactions that change the rows it reads: an operator deleting the
-// link, the owner's own events.
+// link, the owner's own events, another consumer writing the same replica.
 // Each case stops the consumer's transaction at its last statement (the
 // mark's insert waits behind an uncommitted insert of the same mark, made
 // by the test) while the other write is tried, so the interleaving is the
@@ -111,6 +111,35 @@ func TestConcurrentWriters(t *testing.T) {
 		}
 		if r := h.replica(owner); r.Status != StatusBlocked {
 			t.Fatalf("owner %s, want blocked", r.Status)
+		}
+	})
+
+	t.Run("a replica another transaction inserted while the consumer waited keeps its registration time", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, harnessOpts{})
+		user := newUser()
+		registered := baseTime.Add(time.Minute)
+		// Another consumer's transaction writes version 1, and stays open.
+		other, err := h.db.Write.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = other.Rollback() })
+		v1 := Replica{ID: user, Type: UserInvestor, Status: StatusActive, Name: FullName{FirstName: "Ann"}, PhoneNumber: "+79990000000",
+			IsNameFilled: true, RegisteredAt: registered, ReplicaVersion: 1, UpdatedAt: h.db.Now()}
+		if err := putReplica(ctx, other, v1); err != nil {
+			t.Fatal(err)
+		}
+		// Version 2 reads no replica, and its insert waits on the key.
+		h.publish(upsert(user, 2).json())
+		waitLocked(t, h.db, "insert into referral_users", 1)
+		if err := other.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		h.waitIdle()
+		r := h.replica(user)
+		if r.ReplicaVersion != 2 || !r.RegisteredAt.Equal(registered) {
+			t.Fatalf("replica version %d registered %v, want version 2 registered %v (version 1's time)", r.ReplicaVersion, r.RegisteredAt, registered)
 		}
 	})
 }

@@ -354,7 +354,11 @@ func scanReplicaRow(row *sql.Row) (*Replica, error) {
 const lockShared = ` for share`
 
 // putReplica inserts or replaces the replica; the where clause repeats the
-// version guard so an older snapshot can never overwrite a newer one.
+// version guard so an older snapshot can never overwrite a newer one. An
+// update keeps the stored registered_at: the row existed, so the event is
+// not the user's first version, and upsertReplica would carry the held
+// value — which, on PostgreSQL, another transaction may have written after
+// this one read the replica (held nil, the insert then waiting on the key).
 const putReplicaQuery = `
 		insert into referral_users (` + replicaColumns + `)
 		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -362,8 +366,7 @@ const putReplicaQuery = `
 			type = excluded.type, company_id = excluded.company_id, status = excluded.status,
 			first_name = excluded.first_name, last_name = excluded.last_name, middle_name = excluded.middle_name,
 			phone_number = excluded.phone_number, is_name_filled = excluded.is_name_filled,
-			registered_at = excluded.registered_at, replica_version = excluded.replica_version,
-			updated_at = excluded.updated_at
+			replica_version = excluded.replica_version, updated_at = excluded.updated_at
 		where referral_users.replica_version < excluded.replica_version`
 
 func putReplica(ctx context.Context, tx dbtx, r Replica) error {
