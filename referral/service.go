@@ -193,7 +193,8 @@ func (s *Service) refreshLag(ctx context.Context) {
 func (s *Service) handle(ctx context.Context, tx *sql.Tx, rec queue.Record) error {
 	start := time.Now()
 	res, err := s.apply(ctx, tx, inbound{Key: rec.Key, Value: rec.Value, Partition: rec.Partition, Offset: rec.Offset, Attempt: rec.Attempt})
-	s.observe(ctx, rec, res, err, time.Since(start))
+	took := time.Since(start)
+	s.db.AfterCommit(tx, func() { s.observe(ctx, rec, res, err, took) })
 	switch {
 	case err == nil:
 		return nil
@@ -206,9 +207,14 @@ func (s *Service) handle(ctx context.Context, tx *sql.Tx, rec queue.Record) erro
 	}
 }
 
-// observe logs and counts what one record did. It runs inside the record's
-// transaction: if that transaction's commit fails, the record is handled
-// (and logged) again.
+// observe logs and counts what one record did. It runs once the record's
+// transaction has committed (store's AfterCommit), so a run of the
+// transaction that was thrown away — a failed commit, or a PostgreSQL
+// transaction run again after a serialization failure or deadlock — is
+// neither logged nor counted, and its record is observed when it is handled
+// again. A failed record's writes are rolled back with its savepoint while
+// the transaction commits its retry or dead letter: its failure is observed
+// with that commit.
 func (s *Service) observe(ctx context.Context, rec queue.Record, res result, err error, took time.Duration) {
 	typ := string(res.Type)
 	if res.Type != TypeUserUpserted && res.Type != TypeUserBlocked {
