@@ -120,8 +120,11 @@ func (a *Admin) ThreadDigests(ctx context.Context, ids []ThreadID) (map[ThreadID
 }
 
 // The messages per minute, by when they were stored: omni_messages.id grows
-// with created_at (the one writer stamps each row with the store's clock as
-// it inserts it), so a count searches the ids instead of scanning.
+// with created_at (SQLite's one writer stamps each row with the store's clock
+// as it inserts it), so a count searches the ids instead of scanning. On
+// PostgreSQL, transactions writing at once may take their ids in another
+// order than their stamps, a few milliseconds apart: a minute's count may
+// then be off by the rows written in those milliseconds around its bounds.
 var (
 	inboundMessages = store.Stamped{Table: "omni_messages", Column: "created_at",
 		Where: "direction = ?", Args: []any{string(DirectionInbound)}, ByID: true}

@@ -26,14 +26,16 @@ func TestAdminAPI(t *testing.T) {
 		update(2, "message", privateMessage(43, 1, "newer", t0+60)),
 	} {
 		env := envelopeOf(t, body, db.Now())
+		var res applied
 		err := db.Tx(context.Background(), func(tx *sql.Tx) error {
-			res, err := domain.applyTx(context.Background(), tx, env)
-			threads = append(threads, res.Thread)
+			var err error
+			res, err = domain.applyTx(context.Background(), tx, env) // assigned, not appended: Tx may run it again
 			return err
 		})
 		if err != nil {
 			t.Fatalf("apply %d: %v", i, err)
 		}
+		threads = append(threads, res.Thread)
 	}
 
 	t.Run("threads list the latest activity first in the documented shape", func(t *testing.T) {

@@ -89,8 +89,9 @@ func autoAckDefault(text string, off bool) AutoAckRule {
 func newChatDomain(db *store.DB, autoAck AutoAckRule) *chatDomain {
 	sender := queue.New(queue.NewOpts{DB: db, Name: QueueSenderFlow, Retry: queue.RetryPolicy{MaxAttempts: flowAttempts}})
 	return &chatDomain{
-		now:     db.Now,
-		autoAck: autoAck,
+		now:        db.Now,
+		autoAck:    autoAck,
+		lockThread: threadLockQuery(db),
 		send: func(ctx context.Context, tx *sql.Tx, cmd SendCommand) error {
 			body, err := json.Marshal(cmd)
 			if err != nil {

@@ -45,6 +45,26 @@ type chatDomain struct {
 	send    sendTxFunc
 	// groups is what becomes of group, supergroup and channel chats.
 	groups GroupChats
+	// lockThread is the statement that locks a thread's row before a
+	// message takes the thread's next seq (threadLockQuery); "" runs none.
+	lockThread string
+}
+
+// lockThreadQuery locks a thread's row until the transaction ends.
+const lockThreadQuery = `select id from omni_threads where id = ? for update`
+
+// threadLockQuery is the chatDomain's lockThread on db. A message takes
+// the thread's next seq as max(seq) + 1: on SQLite the one writer runs the
+// transactions that append to a thread one after another; on PostgreSQL
+// they run side by side (the chat role's inbound message and an operator's
+// reply, two operators' replies), so each first locks the thread's row,
+// and reads max(seq) once the one before it has committed. SQLite does not
+// parse FOR UPDATE and needs no lock.
+func threadLockQuery(db *store.DB) string {
+	if db.Postgres() {
+		return lockThreadQuery
+	}
+	return ""
 }
 
 const (
@@ -375,10 +395,18 @@ func (d *chatDomain) messageCreated(ctx context.Context, tx *sql.Tx, env *Envelo
 	return res, nil
 }
 
-// insertMessageTx appends a message to a thread, taking the thread's next seq.
+// insertMessageTx appends a message to a thread, taking the thread's next
+// seq: distinct, and in commit order, with concurrent writers too (see
+// threadLockQuery).
 func (d *chatDomain) insertMessageTx(ctx context.Context, tx *sql.Tx, thread ThreadID, dir Direction, origin Origin,
 	kind MessageKind, text string, status Status, providerID *string, eventID string,
 	providerDate, editedAt, sentAt store.Timestamp, now time.Time) (MessageID, error) {
+	if d.lockThread != "" {
+		var locked ThreadID
+		if err := tx.QueryRowContext(ctx, d.lockThread, int64(thread)).Scan(&locked); err != nil {
+			return 0, fmt.Errorf("lock thread %d: %w", thread, err)
+		}
+	}
 	var seq int64
 	if err := tx.QueryRowContext(ctx, nextSeqQuery, int64(thread)).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("next seq: %w", err)

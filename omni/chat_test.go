@@ -3,6 +3,8 @@ package omni
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +29,7 @@ func newChatFixture(t *testing.T, autoAck AutoAckRule) *chatFixture {
 	sends := &capturedSends{}
 	return &chatFixture{
 		t: t, db: db, clock: clock, sends: sends,
-		domain: &chatDomain{now: db.Now, autoAck: autoAck, send: sends.send},
+		domain: &chatDomain{now: db.Now, autoAck: autoAck, send: sends.send, lockThread: threadLockQuery(db)},
 		admin:  NewAdmin(AdminOpts{DB: db}),
 	}
 }
@@ -322,4 +324,84 @@ func TestChatApply(t *testing.T) {
 			t.Errorf("state = %s, want open", th.State)
 		}
 	})
+}
+
+// TestThreadSeqWithConcurrentWriters: messages written into one thread at
+// once — operators' replies beside the chat role's inbound messages — all
+// commit, and take distinct seqs in the order they were written, on both
+// backends (PostgreSQL runs the transactions side by side).
+func TestThreadSeqWithConcurrentWriters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := storetest.New(t)
+	domain := newChatDomain(db, AutoAckRule{})
+	admin := NewAdmin(AdminOpts{DB: db})
+	apply := func(body []byte) (applied, error) {
+		env := envelopeOf(t, body, db.Now())
+		var res applied
+		err := db.Tx(ctx, func(tx *sql.Tx) error {
+			var err error
+			res, err = domain.applyTx(ctx, tx, env)
+			return err
+		})
+		return res, err
+	}
+	first, err := apply(update(1, "message", privateMessage(42, 1, "hello", t0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	thread := first.Thread
+
+	const replies, inbound = 24, 8
+	errs := make(chan error, replies+inbound)
+	var wg sync.WaitGroup
+	for i := range replies {
+		wg.Go(func() {
+			_, err := admin.Reply(ctx, thread, fmt.Sprintf("reply %d", i))
+			errs <- err
+		})
+	}
+	for i := range inbound {
+		wg.Go(func() {
+			_, err := apply(update(100+i, "message", privateMessage(42, 100+i, fmt.Sprintf("inbound %d", i), t0+1)))
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a concurrent write into the thread failed: %v", err)
+		}
+	}
+
+	rows, err := db.Read.QueryContext(ctx, `select id, seq from omni_messages where thread_id = ? order by seq`, int64(thread))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var seqs []int64
+	lastID := int64(0)
+	for rows.Next() {
+		var id, seq int64
+		if err := rows.Scan(&id, &seq); err != nil {
+			t.Fatal(err)
+		}
+		if id <= lastID {
+			t.Errorf("message %d has seq %d after message %d: seq order is not the order the messages were written", id, seq, lastID)
+		}
+		lastID = id
+		seqs = append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(seqs) != 1+replies+inbound {
+		t.Fatalf("%d messages in the thread, want %d", len(seqs), 1+replies+inbound)
+	}
+	for i, s := range seqs {
+		if s != int64(i+1) {
+			t.Fatalf("seqs %v, want 1 to %d with no gap", seqs, len(seqs))
+		}
+	}
 }

@@ -12,7 +12,7 @@
 // delivers commands through the Telegram Bot API under the rate limits, with
 // retries, and records delivery status; it makes no chat decision. Admin is
 // the operators' API. Each role can run in its own process on the same
-// database file.
+// database (one SQLite file, or one PostgreSQL database).
 //
 // Guarantees:
 //
@@ -21,7 +21,8 @@
 //     duplicate delivery of an update (same idempotency key,
 //     telegram:{botId}:{update_id}) answers 200 and enqueues nothing; a
 //     storage failure answers 503 and keeps nothing, so Telegram delivers
-//     again. Concurrent webhooks share commits (store's group commit).
+//     again. Concurrent webhooks share commits on SQLite (store's group
+//     commit); on PostgreSQL each is a transaction of its own.
 //   - Every authenticated update that is a UTF-8 JSON object with an
 //     integer update_id is stored and answered 200, whatever its type or
 //     content (a 4xx would make Telegram drop it); its envelope's

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,3 +151,51 @@ func serve(t testing.TB, mounts ...func(r *mux.Router)) string {
 func adminRoutes(a *Admin) func(r *mux.Router) {
 	return func(r *mux.Router) { a.AdminRoutes(r.PathPrefix("/admin/api").Subrouter()) }
 }
+
+// failInsertsWhen makes every insert into table of a row that meets when
+// (a condition on new.<column> with constants only; "" for every row) fail
+// with message, until undo is called. It is a trigger on both backends:
+// SQLite's raise(abort), a PostgreSQL plpgsql function that raises — with
+// SQLSTATE sqlstate when one is given (53100 is what a full disk answers),
+// else P0001.
+func failInsertsWhen(t testing.TB, db *store.DB, table, when, message, sqlstate string) (undo func()) {
+	t.Helper()
+	name := fmt.Sprintf("omni_test_fail_%d", failures.Add(1))
+	var do, undoSQL []string
+	if db.Postgres() {
+		raise := `raise exception '` + message + `'`
+		if sqlstate != "" {
+			raise += ` using errcode = '` + sqlstate + `'`
+		}
+		cond := ""
+		if when != "" {
+			cond = ` when (` + when + `)`
+		}
+		do = []string{
+			`create function ` + name + `() returns trigger language plpgsql as $$ begin ` + raise + `; end $$`,
+			`create trigger ` + name + ` before insert on ` + table + ` for each row` + cond + ` execute function ` + name + `()`,
+		}
+		undoSQL = []string{`drop trigger ` + name + ` on ` + table, `drop function ` + name + `()`}
+	} else {
+		cond := ""
+		if when != "" {
+			cond = ` when ` + when
+		}
+		do = []string{`create trigger ` + name + ` before insert on ` + table + cond + ` begin select raise(abort, '` + message + `'); end`}
+		undoSQL = []string{`drop trigger ` + name}
+	}
+	for _, q := range do {
+		if _, err := db.Write.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return sync.OnceFunc(func() {
+		for _, q := range undoSQL {
+			if _, err := db.Write.Exec(q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+}
+
+var failures atomic.Int64

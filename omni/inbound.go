@@ -178,7 +178,7 @@ func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 }
 
 // enqueue puts env on receiver.flow in its own small transaction, which the
-// store commits together with concurrent webhooks' (group commit).
+// store commits together with concurrent webhooks' on SQLite (group commit).
 func (in *Inbound) enqueue(ctx context.Context, env *Envelope) (queue.SendResult, error) {
 	raw, err := env.Encode()
 	if err != nil {

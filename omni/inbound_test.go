@@ -207,13 +207,9 @@ func TestInboundWebhook(t *testing.T) {
 	t.Run("a failure inside the enqueue is 503 and leaves nothing half-written", func(t *testing.T) {
 		t.Parallel()
 		db, base := newInboundServer(t)
-		ctx := context.Background()
 		// The goqite insert fails after the idempotency key was written in
 		// the same transaction.
-		if _, err := db.Write.ExecContext(ctx, `create trigger omni_test_fail before insert on goqite
-			begin select raise(abort, 'injected storage failure'); end`); err != nil {
-			t.Fatal(err)
-		}
+		undo := failInsertsWhen(t, db, "goqite", "", "injected storage failure", "")
 		body := update(5, "message", privateMessage(42, 1, "hi", t0))
 		if status, answer := postUpdate(t, base, testSecret, body); status != http.StatusServiceUnavailable || !strings.Contains(answer, `"code":"unavailable"`) {
 			t.Fatalf("%d %s, want 503", status, answer)
@@ -221,9 +217,7 @@ func TestInboundWebhook(t *testing.T) {
 		if jobs := len(flowBodies(t, db)); jobs != 0 {
 			t.Fatalf("after the failure: %d jobs; want none", jobs)
 		}
-		if _, err := db.Write.ExecContext(ctx, `drop trigger omni_test_fail`); err != nil {
-			t.Fatal(err)
-		}
+		undo()
 		if status, _ := postUpdate(t, base, testSecret, body); status != http.StatusOK {
 			t.Fatalf("Telegram's redelivery: %d, want 200", status)
 		}
@@ -235,13 +229,14 @@ func TestInboundWebhook(t *testing.T) {
 	t.Run("a full database is 503, and the redelivery after space is freed is accepted", func(t *testing.T) {
 		t.Parallel()
 		db, base := newInboundServer(t)
-		ctx := context.Background()
-		var pages int
-		if err := db.Write.QueryRowContext(ctx, `pragma page_count`).Scan(&pages); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Write.ExecContext(ctx, fmt.Sprintf(`pragma max_page_count = %d`, pages)); err != nil {
-			t.Fatal(err)
+		// SQLite: no free page is left in the file. PostgreSQL: the
+		// server's disk cannot be filled from a test, so the insert fails
+		// as it would on a full disk, with disk_full (53100).
+		var makeRoom func()
+		if db.Postgres() {
+			makeRoom = failInsertsWhen(t, db, "goqite", "", "could not extend file: No space left on device", "53100")
+		} else {
+			makeRoom = storetest.FillUp(t, db, false)
 		}
 		body := update(6, "message", privateMessage(42, 1, strings.Repeat("long text ", 20_000), t0))
 		if status, answer := postUpdate(t, base, testSecret, body); status != http.StatusServiceUnavailable {
@@ -250,9 +245,7 @@ func TestInboundWebhook(t *testing.T) {
 		if jobs := len(flowBodies(t, db)); jobs != 0 {
 			t.Fatalf("after the failure: %d jobs; want none", jobs)
 		}
-		if _, err := db.Write.ExecContext(ctx, `pragma max_page_count = 1073741823`); err != nil {
-			t.Fatal(err)
-		}
+		makeRoom()
 		if status, _ := postUpdate(t, base, testSecret, body); status != http.StatusOK {
 			t.Fatalf("redelivery: %d, want 200", status)
 		}

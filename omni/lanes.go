@@ -85,7 +85,8 @@ func (l *lane) parked(ctx context.Context, orderKey string) (bool, error) {
 
 // escalateTx moves a message into the retry lane, to be handled after delay,
 // and parks its key. Repeating it is harmless: the retry queue drops a second
-// send with the same message key, and the park row is written once.
+// send with the same message key, and the park row is written once. The move
+// is counted once tx has committed.
 func (l *lane) escalateTx(ctx context.Context, tx *sql.Tx, body []byte, messageKey, orderKey string, delay time.Duration) error {
 	if err := l.parkTx(ctx, tx, messageKey, orderKey); err != nil {
 		return err
@@ -93,7 +94,7 @@ func (l *lane) escalateTx(ctx context.Context, tx *sql.Tx, body []byte, messageK
 	if _, err := l.retry.SendTx(ctx, tx, queue.Message{Body: body, Key: messageKey, OrderKey: orderKey, Delay: delay}); err != nil {
 		return fmt.Errorf("%s lane: move %s to %s: %w", l.name, messageKey, l.retry.Name(), err)
 	}
-	metricLaneMoves.WithLabelValues(l.name).Inc()
+	l.db.AfterCommit(tx, func() { metricLaneMoves.WithLabelValues(l.name).Inc() })
 	return nil
 }
 

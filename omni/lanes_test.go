@@ -2,10 +2,14 @@ package omni
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"switchyard/queue"
 	"switchyard/store"
@@ -31,16 +35,7 @@ func chatWithInbound(t *testing.T, retry queue.RetryPolicy) (*store.DB, func(bod
 // failInserts makes storing a message with this text fail, until undone.
 func failInserts(t *testing.T, db *store.DB, text string) (undo func()) {
 	t.Helper()
-	name := fmt.Sprintf("omni_test_fail_%d", time.Now().UnixNano())
-	if _, err := db.Write.Exec(`create trigger ` + name + ` before insert on omni_messages when new.text = '` + text + `'
-		begin select raise(abort, 'injected failure'); end`); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if _, err := db.Write.Exec(`drop trigger ` + name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return failInsertsWhen(t, db, "omni_messages", `new.text = '`+text+`'`, "injected failure", "")
 }
 
 func threadTexts(t *testing.T, db *store.DB, chatID string) []string {
@@ -109,4 +104,50 @@ func TestReceiverLanes(t *testing.T) {
 			t.Errorf("dead letters = %+v, want the poison envelope with its error", dead)
 		}
 	})
+}
+
+// TestLaneMovesCountedOnceCommitted: a move into the retry lane is counted
+// when its transaction commits, not for a transaction rolled back (or run
+// again by Tx on PostgreSQL).
+func TestLaneMovesCountedOnceCommitted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := storetest.New(t)
+	name := fmt.Sprintf("test-lane-%d", time.Now().UnixNano())
+	l := newLane(db, name, QueueReceiverFlow, QueueReceiverRetry, queue.RetryPolicy{}, nil)
+	moves := func() float64 {
+		families, err := prometheus.DefaultGatherer.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if f.GetName() == "switchyard_omni_lane_moves_total" && l.GetName() == "lane" && l.GetValue() == name {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return 0
+	}
+	errRolledBack := errors.New("rolled back")
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
+		if err := l.escalateTx(ctx, tx, []byte(`{}`), "message-1", "chat-1", 0); err != nil {
+			return err
+		}
+		return errRolledBack
+	})
+	if !errors.Is(err, errRolledBack) {
+		t.Fatalf("Tx = %v", err)
+	}
+	if n := moves(); n != 0 {
+		t.Fatalf("%v moves counted for a rolled back transaction, want 0", n)
+	}
+	if err := db.Tx(ctx, func(tx *sql.Tx) error { return l.escalateTx(ctx, tx, []byte(`{}`), "message-1", "chat-1", 0) }); err != nil {
+		t.Fatal(err)
+	}
+	if n := moves(); n != 1 {
+		t.Fatalf("%v moves counted after the commit, want 1", n)
+	}
 }

@@ -450,9 +450,18 @@ const (
 			next_attempt_at = null, failure_reason = null, updated_at = ?
 		where id = ? and status <> 'sent'
 		returning attempts`
+	// markSentQuery keeps the provider's message id unless another message
+	// of the thread holds it already (Telegram echoed the reply back as an
+	// update, which the chat role stored first): the statement never trips
+	// the unique index itself, which on PostgreSQL would abort the
+	// transaction.
 	markSentQuery = `
-		update omni_messages set status = 'sent', provider_message_id = ?, sent_at = ?,
-			next_attempt_at = null, failure_reason = null, updated_at = ?
+		update omni_messages set status = 'sent',
+			provider_message_id = case when exists (
+				select 1 from omni_messages held
+				where held.thread_id = omni_messages.thread_id and held.provider_message_id = ? and held.id <> omni_messages.id
+			) then null else ? end,
+			sent_at = ?, next_attempt_at = null, failure_reason = null, updated_at = ?
 		where id = ?`
 	markRetryingQuery = `
 		update omni_messages set status = 'retrying', next_attempt_at = ?, failure_reason = ?, updated_at = ?
@@ -506,7 +515,9 @@ func (o *Outbound) markSending(ctx context.Context, id MessageID) (int, error) {
 
 // markSent records a delivered message. Telegram has the message now, so the
 // record is retried a few times before giving up: a send whose record is
-// lost is the one way a message could go out twice.
+// lost is the one way a message could go out twice. (An echo of the reply
+// that the chat role stores between markSentQuery's check and its write
+// fails the try on the unique index; the next try sees the echo.)
 func (o *Outbound) markSent(ctx context.Context, id MessageID, key, providerID string) error {
 	// Recorded even when the worker is stopping: the send happened.
 	ctx = context.WithoutCancel(ctx)
@@ -517,13 +528,7 @@ func (o *Outbound) markSent(ctx context.Context, id MessageID, key, providerID s
 		}
 		err = o.db.Tx(ctx, func(tx *sql.Tx) error {
 			now := store.TS(o.db.Now())
-			_, err := tx.ExecContext(ctx, markSentQuery, providerID, now, now, int64(id))
-			if store.IsUniqueViolation(err) {
-				// The chat already holds a message with this provider id
-				// (Telegram echoed ours back as an update): keep the send.
-				_, err = tx.ExecContext(ctx, markSentQuery, nil, now, now, int64(id))
-			}
-			if err != nil {
+			if _, err := tx.ExecContext(ctx, markSentQuery, providerID, providerID, now, now, int64(id)); err != nil {
 				return err
 			}
 			return o.lane.unparkTx(ctx, tx, key)

@@ -2,6 +2,7 @@ package omni
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/http"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"switchyard/queue"
+	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
 	"switchyard/testwait"
 )
@@ -413,4 +415,44 @@ func TestOutboundUnderRandomFaults(t *testing.T) {
 		t.Errorf("%d sent, %d failed: the faults did not bite as configured", sent, failed)
 	}
 	t.Logf("%d replies: %d sent, %d failed into the dead letters; %d calls to Telegram", replies, sent, failed, len(p.fake.CallsTo("sendMessage")))
+}
+
+// TestSentWhoseProviderIDTheThreadHolds: a reply Telegram accepted is
+// recorded sent even when its thread already holds a message with the
+// provider id Telegram gave it (Telegram echoed the reply back as an update
+// and the chat role stored it first): the reply keeps no provider id then.
+func TestSentWhoseProviderIDTheThreadHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := storetest.New(t)
+	domain := newChatDomain(db, AutoAckRule{})
+	env := envelopeOf(t, update(1, "message", privateMessage(42, 7, "the echo", t0)), db.Now())
+	var res applied
+	if err := db.Tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		res, err = domain.applyTx(ctx, tx, env)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	admin := NewAdmin(AdminOpts{DB: db})
+	reply, err := admin.Reply(ctx, res.Thread, "answer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := NewOutbound(OutboundOpts{DB: db, Token: inboxToken})
+	if err := out.markSent(ctx, reply.ID, "reply key", "7"); err != nil {
+		t.Fatalf("markSent: %v", err)
+	}
+	m, err := admin.Message(ctx, reply.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Status != StatusSent || m.SentAt == nil || m.ProviderMessageID != nil {
+		t.Fatalf("reply = %+v, want sent, with no provider id", m)
+	}
+	var echo string
+	if err := db.Read.QueryRow(`select text from omni_messages where thread_id = ? and provider_message_id = '7'`, int64(res.Thread)).Scan(&echo); err != nil || echo != "the echo" {
+		t.Fatalf("the message holding provider id 7: %q, %v", echo, err)
+	}
 }

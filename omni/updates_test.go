@@ -436,7 +436,7 @@ func TestTelegramUpdateTable(t *testing.T) {
 					if k != thread {
 						continue
 					}
-					if err := db.Read.QueryRow(`select text, direction, status, deleted_at is not null from omni_messages
+					if err := db.Read.QueryRow(`select text, direction, status, case when deleted_at is null then 0 else 1 end from omni_messages
 						where thread_id = ? and provider_message_id = ?`, int64(id), providerID).Scan(&r.text, &r.direction, &r.status, &deleted); err != nil {
 						t.Fatalf("message %s of %s: %v", providerID, thread, err)
 					}

@@ -116,7 +116,7 @@ func (s *Service) applyUpserted(ctx context.Context, tx *sql.Tx, ev UserUpserted
 	facts := attachFacts{Event: ev}
 	if ev.ReferrerURL != nil {
 		if slug, valid := NormalizeSlug(*ev.ReferrerURL); valid {
-			if err := readAttachFacts(ctx, q, slug, &facts); err != nil {
+			if err := s.readAttachFacts(ctx, q, slug, &facts); err != nil {
 				return res, err
 			}
 		}
@@ -145,15 +145,26 @@ func (s *Service) applyUpserted(ctx context.Context, tx *sql.Tx, ev UserUpserted
 
 // readAttachFacts reads, in the spec's order, what decideAttach needs; it
 // stops reading once the answer cannot change.
-func readAttachFacts(ctx context.Context, tx dbtx, slug string, f *attachFacts) error {
+//
+// The link and its owner's replica are other rows than the user's own,
+// which other transactions change: an operator deletes the link, the
+// owner's own events change the owner. On SQLite the one writer keeps them
+// still until this transaction commits. On PostgreSQL the two reads lock
+// the rows they find (FOR SHARE, see Service.linkQuery) until then, so that
+// a deletion or an owner's change waits for the bond decided on the rows as
+// read, and a deletion that committed first is seen (G1): no bond is made
+// through a link after its deletion returned, no lead is requested on an
+// owner state that was already superseded, and the marks' order is an
+// order in which the messages took effect on both backends.
+func (s *Service) readAttachFacts(ctx context.Context, tx dbtx, slug string, f *attachFacts) error {
 	var err error
 	if f.HasInitial, err = hasInitial(ctx, tx, f.Event.UserID); err != nil || f.HasInitial {
 		return err
 	}
-	if f.Link, err = liveLinkByURL(ctx, tx, slug); err != nil || f.Link == nil {
+	if f.Link, err = scanLinkRow(tx.QueryRowContext(ctx, s.linkQuery, slug)); err != nil || f.Link == nil {
 		return err
 	}
-	if f.Owner, err = getReplica(ctx, tx, f.Link.OwnerUserID); err != nil {
+	if f.Owner, err = scanReplicaRow(tx.QueryRowContext(ctx, s.ownerQuery, string(f.Link.OwnerUserID))); err != nil {
 		return err
 	}
 	f.HasActiveBond, err = hasActiveBond(ctx, tx, f.Event.UserID)
@@ -255,10 +266,11 @@ type dbtx interface {
 }
 
 // consumerQueries are prepared once on the writer connection (New), so the
-// consumer's transaction does not parse its SQL again for every record.
+// consumer's transaction does not parse its SQL again for every record;
+// New adds the link and owner reads of its dialect.
 var consumerQueries = []string{
 	hasMarkQuery, putMarkQuery, getReplicaQuery, putReplicaQuery, blockStatusQuery, hasInitialQuery,
-	hasActiveBondQuery, liveLinkByURLQuery, insertBondQuery, insertRegistrationQuery, deleteBondQuery,
+	hasActiveBondQuery, insertBondQuery, insertRegistrationQuery, deleteBondQuery,
 }
 
 // preparedTx runs the consumer's queries in tx through statements prepared
@@ -324,15 +336,29 @@ const getReplicaQuery = `select ` + replicaColumns + ` from referral_users where
 
 // getReplica returns the user's replica, or nil when there is none.
 func getReplica(ctx context.Context, q querier, id UserID) (*Replica, error) {
-	r, err := scanReplica(q.QueryRowContext(ctx, getReplicaQuery, string(id)))
+	return scanReplicaRow(q.QueryRowContext(ctx, getReplicaQuery, string(id)))
+}
+
+// scanReplicaRow scans a query for one replica: nil when it found none.
+func scanReplicaRow(row *sql.Row) (*Replica, error) {
+	r, err := scanReplica(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	return r, err
 }
 
+// lockShared is the suffix of a PostgreSQL select that keeps the rows it
+// found as they are until the transaction ends (see readAttachFacts).
+// SQLite does not parse it and needs none.
+const lockShared = ` for share`
+
 // putReplica inserts or replaces the replica; the where clause repeats the
-// version guard so an older snapshot can never overwrite a newer one.
+// version guard so an older snapshot can never overwrite a newer one. An
+// update keeps the stored registered_at: the row existed, so the event is
+// not the user's first version, and upsertReplica would carry the held
+// value — which, on PostgreSQL, another transaction may have written after
+// this one read the replica (held nil, the insert then waiting on the key).
 const putReplicaQuery = `
 		insert into referral_users (` + replicaColumns + `)
 		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -340,8 +366,7 @@ const putReplicaQuery = `
 			type = excluded.type, company_id = excluded.company_id, status = excluded.status,
 			first_name = excluded.first_name, last_name = excluded.last_name, middle_name = excluded.middle_name,
 			phone_number = excluded.phone_number, is_name_filled = excluded.is_name_filled,
-			registered_at = excluded.registered_at, replica_version = excluded.replica_version,
-			updated_at = excluded.updated_at
+			replica_version = excluded.replica_version, updated_at = excluded.updated_at
 		where referral_users.replica_version < excluded.replica_version`
 
 func putReplica(ctx context.Context, tx dbtx, r Replica) error {
@@ -397,9 +422,10 @@ func scanLink(row interface{ Scan(...any) error }) (*Link, error) {
 
 const liveLinkByURLQuery = `select ` + linkColumns + ` from referral_links where url = ? and deleted_at is null`
 
-// liveLinkByURL returns the link with this slug that is not deleted, or nil (guard G1).
-func liveLinkByURL(ctx context.Context, q querier, slug string) (*Link, error) {
-	l, err := scanLink(q.QueryRowContext(ctx, liveLinkByURLQuery, slug))
+// scanLinkRow scans a query for one link: nil when it found none (for
+// liveLinkByURLQuery, guard G1).
+func scanLinkRow(row *sql.Row) (*Link, error) {
+	l, err := scanLink(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}

@@ -265,28 +265,17 @@ func FuzzCreateLinkBody(f *testing.F) {
 	h := mux.NewRouter()
 	h.NotFoundHandler = httpjson.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return httpjson.NotFound("no such route") })
 	s.AdminRoutes(h.PathPrefix("/admin/api").Subrouter())
-	conn, err := s.db.Read.Conn(context.Background())
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { _ = conn.Close() })
-	// PRAGMA data_version on one pinned read connection changes exactly
-	// when another connection commits a change.
-	version := func(t *testing.T) int64 {
-		var v int64
-		if err := conn.QueryRowContext(context.Background(), `pragma data_version`).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	// A refusal must commit nothing: the watch's version changes exactly
+	// when a commit changed the database.
+	watch := storetest.WatchCommits(f, s.db)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		before := version(t)
+		before := watch.Version(t)
 		req := httptest.NewRequest(http.MethodPost, "/admin/api/referral/links", bytes.NewReader(body))
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		switch {
 		case httpjsontest.CheckRefusal(t, "a link body", rec):
-			if after := version(t); after != before {
+			if after := watch.Version(t); after != before {
 				t.Fatalf("refused with %d %s but changed the database", rec.Code, rec.Body)
 			}
 			return

@@ -1,10 +1,18 @@
 package referral
 
 import (
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 
 	"switchyard/metrictest"
+	"switchyard/queue"
+	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 // TestEveryOutcomeIsCountedFromTheStart: each Outcome is either one of
@@ -40,4 +48,41 @@ func TestEveryOutcomeIsCountedFromTheStart(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestObservedOnlyOnceCommitted: what a record did is logged and counted
+// when its transaction commits, never for a run of it that was rolled back
+// (a failed commit, or a PostgreSQL transaction that Tx runs again).
+func TestObservedOnlyOnceCommitted(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	logs := &testwait.Buffer{}
+	svc, err := New(context.Background(), Opts{DB: db, Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := upsert(newUser(), 1)
+	rec := queue.Record{Topic: TopicIdentityUsers, Key: string(ev.User), Value: ev.json(), Attempt: 1}
+	consumed := func() int { return strings.Count(logs.String(), `"msg":"replica-upserted"`) }
+	errRolledBack := errors.New("rolled back after the handler")
+
+	err = db.Tx(context.Background(), func(tx *sql.Tx) error {
+		if err := svc.handle(context.Background(), tx, rec); err != nil {
+			return err
+		}
+		return errRolledBack
+	})
+	if !errors.Is(err, errRolledBack) {
+		t.Fatalf("Tx = %v", err)
+	}
+	if n := consumed(); n != 0 || strings.Contains(logs.String(), ev.MessageID) {
+		t.Fatalf("a rolled back transaction logged the message (%d replica-upserted lines):\n%s", n, logs)
+	}
+
+	if err := db.Tx(context.Background(), func(tx *sql.Tx) error { return svc.handle(context.Background(), tx, rec) }); err != nil {
+		t.Fatal(err)
+	}
+	if n := consumed(); n != 1 {
+		t.Fatalf("%d replica-upserted lines after the commit, want 1:\n%s", n, logs)
+	}
 }

@@ -20,8 +20,11 @@ import (
 // events — with duplicates, out-of-order versions, link owners arriving after
 // their referrals, re-sent snapshots and broken messages — and compares the
 // tables and outgoing topics with a reference model fed the same messages in
-// the order they took effect (the order of the idempotency marks, which the
-// single writer assigns in commit order). It then replays the topic three
+// the order they took effect: the order of the idempotency marks' ids, which
+// SQLite's single writer assigns in commit order, and which on PostgreSQL is
+// such an order because a referral holds the rows it read from other users
+// (the link, its owner's replica) until it commits (readAttachFacts), while
+// each user's own messages are handled one at a time. It then replays the topic three
 // ways: the producer re-sends everything, a second consumer group reads from
 // offset 0, and a fresh database consumes a copy of the log.
 func TestModel(t *testing.T) {

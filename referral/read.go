@@ -164,8 +164,11 @@ func (s *Service) CountBonds(ctx context.Context) (int64, error) {
 
 // The identity events consumed per minute, by their marks: one
 // referral_processed_messages row per message consumed, whose id grows with
-// processed_at (the one writer stamps each mark with the store's clock as it
-// inserts it), so a count searches the ids instead of scanning. A bond
+// processed_at (SQLite's one writer stamps each mark with the store's clock
+// as it inserts it), so a count searches the ids instead of scanning. On
+// PostgreSQL, partitions handled at once may take their ids in another order
+// than their stamps, a few milliseconds apart: a minute's count may then be
+// off by the marks written in those milliseconds around its bounds. A bond
 // commits with its message's mark, whose outcome is R1.
 var (
 	consumedMarks = store.Stamped{Table: "referral_processed_messages", Column: "processed_at", ByID: true}

@@ -20,6 +20,13 @@
 //     hands one key's messages to the handler in publish order; the replica
 //     also refuses any Version not above the one it holds, so out-of-order
 //     and replayed snapshots change nothing.
+//   - Against concurrent writers. On PostgreSQL, where transactions run side
+//     by side, a referral keeps the link and the owner's replica it read
+//     locked (FOR SHARE) until it commits: a link deletion or a change of
+//     the owner either committed before the referral read the row, or waits
+//     for the referral's commit. No bond is made through a link after its
+//     deletion returned, and no lead is requested on an owner state already
+//     replaced. SQLite's single writer gives the same for free.
 //   - Fail-closed. An unknown user Type counts as "not agent or developer",
 //     an unknown Status as Blocked; a ReferrerUrl that is not a valid slug
 //     skips the binding branch and keeps the replica branch.

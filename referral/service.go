@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -52,6 +53,10 @@ type Service struct {
 	bondsOut txPublisher
 	leadsOut txPublisher
 	stmts    map[string]*sql.Stmt // consumerQueries, prepared on the writer
+	// linkQuery and ownerQuery are branch B's reads of the link and of its
+	// owner's replica: liveLinkByURLQuery and getReplicaQuery, locking the
+	// rows on PostgreSQL (see readAttachFacts).
+	linkQuery, ownerQuery string
 }
 
 // New declares the referral topics (pin.identity.users.v1 with 6
@@ -93,8 +98,16 @@ func New(ctx context.Context, opts Opts) (*Service, error) {
 		}
 		topics[name] = t
 	}
-	s.stmts = make(map[string]*sql.Stmt, len(consumerQueries))
-	for _, q := range consumerQueries {
+	s.linkQuery, s.ownerQuery = liveLinkByURLQuery, getReplicaQuery
+	if opts.DB.Postgres() {
+		s.linkQuery, s.ownerQuery = liveLinkByURLQuery+lockShared, getReplicaQuery+lockShared
+	}
+	queries := append(slices.Clip(consumerQueries), s.linkQuery, s.ownerQuery)
+	s.stmts = make(map[string]*sql.Stmt, len(queries))
+	for _, q := range queries {
+		if s.stmts[q] != nil {
+			continue // SQLite's link and owner reads are plain ones
+		}
 		st, err := opts.DB.Write.PrepareContext(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("referral: prepare: %w", err)
@@ -180,7 +193,8 @@ func (s *Service) refreshLag(ctx context.Context) {
 func (s *Service) handle(ctx context.Context, tx *sql.Tx, rec queue.Record) error {
 	start := time.Now()
 	res, err := s.apply(ctx, tx, inbound{Key: rec.Key, Value: rec.Value, Partition: rec.Partition, Offset: rec.Offset, Attempt: rec.Attempt})
-	s.observe(ctx, rec, res, err, time.Since(start))
+	took := time.Since(start)
+	s.db.AfterCommit(tx, func() { s.observe(ctx, rec, res, err, took) })
 	switch {
 	case err == nil:
 		return nil
@@ -193,9 +207,14 @@ func (s *Service) handle(ctx context.Context, tx *sql.Tx, rec queue.Record) erro
 	}
 }
 
-// observe logs and counts what one record did. It runs inside the record's
-// transaction: if that transaction's commit fails, the record is handled
-// (and logged) again.
+// observe logs and counts what one record did. It runs once the record's
+// transaction has committed (store's AfterCommit), so a run of the
+// transaction that was thrown away — a failed commit, or a PostgreSQL
+// transaction run again after a serialization failure or deadlock — is
+// neither logged nor counted, and its record is observed when it is handled
+// again. A failed record's writes are rolled back with its savepoint while
+// the transaction commits its retry or dead letter: its failure is observed
+// with that commit.
 func (s *Service) observe(ctx context.Context, rec queue.Record, res result, err error, took time.Duration) {
 	typ := string(res.Type)
 	if res.Type != TypeUserUpserted && res.Type != TypeUserBlocked {

@@ -33,13 +33,10 @@ func Thread(tb testing.TB, db *store.DB, msgs ...Message) omni.ThreadID {
 	var thread omni.ThreadID
 	err := db.Tx(ctx, func(tx *sql.Tx) error {
 		user := uuid.NewString()
-		res, err := tx.ExecContext(ctx, `insert into omni_contacts (provider, provider_user_id, created_at, updated_at) values ('telegram', ?, ?, ?)`,
-			user, now, now)
-		if err != nil {
-			return err
-		}
-		contact, err := res.LastInsertId()
-		if err != nil {
+		// returning, not LastInsertId: PostgreSQL's driver has no last insert id.
+		var contact int64
+		if err := tx.QueryRowContext(ctx, `insert into omni_contacts (provider, provider_user_id, created_at, updated_at)
+			values ('telegram', ?, ?, ?) returning id`, user, now, now).Scan(&contact); err != nil {
 			return err
 		}
 		if err := tx.QueryRowContext(ctx, `insert into omni_threads (contact_id, channel, bot_id, chat_id, state, created_at, updated_at)
