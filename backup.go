@@ -9,8 +9,9 @@ import (
 	"switchyard/store"
 )
 
-// backupCmd is `switchyard backup DEST`: an online backup of the database,
-// safe while an instance serves from it.
+// backupCmd is `switchyard backup DEST`: an online backup of the SQLite
+// file, safe while an instance serves from it. On PostgreSQL it exits
+// non-zero naming pg_dump (store.DB.Backup), and writes nothing.
 func backupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := &config{}
 	rest, err := parseFlags("backup", cfg.options("backup"), args, getenv, stdout)

@@ -20,12 +20,14 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"switchyard/store"
+	"switchyard/store/storetest"
 	"switchyard/testwait"
 )
 
 // The console in a real browser (Debian's chromium through chromedp), against
-// the whole app as wire builds it: every role, a real SQLite file in
-// t.TempDir(), the sandbox Bot API. Under CI=true the test must run: a
+// the whole app as wire builds it: every role, a real database
+// (storetest.Source: a SQLite file in t.TempDir(), or PostgreSQL), the
+// sandbox Bot API. Under CI=true the test must run: a
 // missing chromium fails it. SWITCHYARD_SCREENSHOTS=1 also saves one PNG per
 // page (1280×800) under docs/screenshots/.
 
@@ -39,7 +41,7 @@ type browserApp struct {
 func startBrowserApp(t *testing.T) *browserApp {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := parseConfig("serve", []string{"--db", filepath.Join(t.TempDir(), "switchyard.db"), "--sync", "NORMAL"},
+	cfg, err := parseConfig("serve", []string{"--db", storetest.Source(t), "--sync", "NORMAL"},
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)

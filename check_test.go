@@ -12,6 +12,7 @@ import (
 
 func TestDamagedDatabase(t *testing.T) {
 	t.Parallel()
+	storetest.SQLiteOnly(t, "it damages the file, checks it and serves an empty file; TestPostgresRefusesBackupAndCheck is PostgreSQL's")
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.db")
 	if out, err := exec.Command(binary(t), "migrate", "--db", good).CombinedOutput(); err != nil {

@@ -87,7 +87,7 @@ func (c *config) options(scope string) []option {
 func (c *config) storeOptions() []option {
 	return []option{
 		{"db", "SWITCHYARD_DB", "./switchyard.db", "SQLite database file, or a postgres:// URL of a PostgreSQL database", setString(&c.DB)},
-		{"sync", "SWITCHYARD_SYNC", "FULL", "SQLite synchronous mode: FULL (a commit survives power loss) or NORMAL", func(v string) error {
+		{"sync", "SWITCHYARD_SYNC", "FULL", "SQLite synchronous mode: FULL (a commit survives power loss) or NORMAL; on PostgreSQL the server's own durability settings apply", func(v string) error {
 			return setOneOf(&c.Sync, "FULL", "NORMAL")(strings.ToUpper(v))
 		}},
 		{"log-format", "SWITCHYARD_LOG_FORMAT", "text", "log format: text or json", setOneOf(&c.LogFormat, "text", "json")},

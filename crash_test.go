@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/mymmrac/telego"
 
 	"switchyard/loadtest"
+	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
 	"switchyard/testwait"
 )
@@ -78,7 +78,7 @@ func crashRounds(t *testing.T, faults []fakebot.Fault) {
 
 	addr := freeAddr(t)
 	base := "http://" + addr
-	db := filepath.Join(t.TempDir(), "crash.db")
+	db := storetest.Source(t)
 	env := []string{
 		"SWITCHYARD_ADMIN_TOKEN=" + crashAdmin, "BOT_TO_BACKEND_SECRET=" + crashBotSec,
 		"OMNI_WEBHOOK_SECRET=" + crashOmniHook, "BOT_TELEGRAM_WEBHOOK_SECRET=" + crashBotHook,

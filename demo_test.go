@@ -3,11 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"switchyard/demo"
+	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
 )
 
@@ -104,7 +103,7 @@ func TestDemoTraffic(t *testing.T) {
 // Ctrl-C: the traffic stops, the summary is printed, the process exits 0.
 func TestDemoCommand(t *testing.T) {
 	t.Parallel()
-	db := filepath.Join(t.TempDir(), "demo.db")
+	db := storetest.Source(t)
 	cmd := exec.Command(binary(t), "demo", "--db", db, "--addr", "127.0.0.1:0", "--rate", "5")
 	cmd.Env = os.Environ()
 	cmd.Stderr = io.Discard
@@ -180,15 +179,13 @@ func TestDemoFlags(t *testing.T) {
 		}
 	}
 	t.Run("a real bot token refuses the demo", func(t *testing.T) {
-		db := filepath.Join(t.TempDir(), "never.db")
+		db := storetest.Source(t)
 		cmd := exec.Command(binary(t), "demo", "--addr", "127.0.0.1:0", "--db", db)
 		cmd.Env = append(os.Environ(), "OMNI_TELEGRAM_TOKEN="+fakebot.Token(42))
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "never writes to real Telegram users") {
 			t.Fatalf("demo with a bot token: %v\n%s", err, out)
 		}
-		if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("the refused demo touched the database: %v", err)
-		}
+		assertUntouched(t, db)
 	})
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -281,7 +280,7 @@ func TestServeRefusesShortSecrets(t *testing.T) {
 	t.Run("the process exits at start with the message", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, binary(t), "serve", "--db", filepath.Join(t.TempDir(), "s.db"), "--addr", "127.0.0.1:0")
+		cmd := exec.CommandContext(ctx, binary(t), "serve", "--db", storetest.Source(t), "--addr", "127.0.0.1:0")
 		cmd.Env = append(cmd.Environ(), "SWITCHYARD_ADMIN_TOKEN=a")
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError

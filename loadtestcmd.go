@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"switchyard/loadtest"
@@ -47,7 +48,7 @@ func (a *loadtestArgs) options() []option {
 		{"concurrency", "", "0", "connections per path (0: 64 for webhooks, 16 otherwise)", setCount(&o.Concurrency, 0, "a number of connections, 0 or more")},
 		{"consume", "", "true", "drain the outbox through /bot/events/pending + ack and time emit → ack (run the instance with --roles that leave out bot)", setBool(&o.Consume)},
 		{"drain", "", "30s", "how long to wait after the load for consumers to catch up", setDuration(&o.Drain)},
-		{"db", "", "", "the instance's database file, to read generated secrets from when the environment has none", setString(&a.db)},
+		{"db", "", "", "the instance's database (its SQLite file or postgres:// URL), to read generated secrets from when the environment has none", setString(&a.db)},
 	}
 }
 
@@ -98,7 +99,7 @@ func (a *loadtestArgs) secrets(ctx context.Context, opts *loadtest.Opts) error {
 		"secret.omni_webhook":   getenv("OMNI_WEBHOOK_SECRET"),
 	}
 	if a.db != "" {
-		if err := secretsFromFile(ctx, a.db, sec); err != nil {
+		if err := secretsFromDB(ctx, a.db, sec); err != nil {
 			return err
 		}
 	}
@@ -109,12 +110,21 @@ func (a *loadtestArgs) secrets(ctx context.Context, opts *loadtest.Opts) error {
 	return nil
 }
 
-// secretsFromFile fills the secrets the environment left empty from the
-// settings an instance generated on its first start.
-func secretsFromFile(ctx context.Context, path string, sec map[string]string) error {
-	db, err := store.Open(ctx, store.Options{Path: path, Logger: slog.New(slog.DiscardHandler)})
+// secretsFromDB fills the secrets the environment left empty from the
+// settings an instance generated on its first start, in its database: a
+// SQLite file, which must exist (opening a mistyped path would create an
+// empty database and report no secrets), or a PostgreSQL URL, which is
+// never shown with its password.
+func secretsFromDB(ctx context.Context, source string, sec map[string]string) error {
+	shown := store.Redact(source)
+	if !store.IsPostgresURL(source) {
+		if _, err := os.Stat(source); err != nil {
+			return fmt.Errorf("the database %s: %w", shown, err)
+		}
+	}
+	db, err := store.Open(ctx, store.Options{Path: source, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return fmt.Errorf("open %s for its secrets: %w", path, err)
+		return fmt.Errorf("open %s for its secrets: %w", shown, err)
 	}
 	defer db.Close()
 	for k, v := range sec {
@@ -123,7 +133,7 @@ func secretsFromFile(ctx context.Context, path string, sec map[string]string) er
 		}
 		stored, ok, err := db.Setting(ctx, k)
 		if err != nil {
-			return fmt.Errorf("read %s from %s: %w", k, path, err)
+			return fmt.Errorf("read %s from %s: %w", k, shown, err)
 		}
 		if ok {
 			sec[k] = stored

@@ -1,12 +1,13 @@
 // Command switchyard runs Switchyard: the bot outbox, the referral consumer and
-// the chat platform on one SQLite file, with an admin console.
+// the chat platform on one SQLite file (or a PostgreSQL database, --db
+// postgres://…), with an admin console.
 //
 //	switchyard [serve]   run (the default when no subcommand is given)
 //	switchyard migrate   apply migrations and exit
 //	switchyard publish   append a JSON Lines file to a topic
 //	switchyard demo      serve on the sandbox with simulated traffic
-//	switchyard backup    write an online backup of the database
-//	switchyard check     check the database file's integrity
+//	switchyard backup    write an online backup of the SQLite file
+//	switchyard check     check the SQLite file's integrity
 //	switchyard loadtest  load a running instance through its public paths
 //	switchyard version   print the version
 //
@@ -105,13 +106,13 @@ func commands() []command {
 		{name: "demo", summary: "serve on the sandbox with simulated traffic on all three flows", secrets: secretEnvs, run: demoCmd,
 			options: func() []option { return demoOptions(&demoTraffic{}, &config{}) },
 			more:    "It takes serve's options too, never talks to real Telegram (the bot tokens must be unset), and fails when the run failed."},
-		{name: "backup", args: "DEST", summary: "write an online backup of the database", options: configOptions("backup"), run: backupCmd,
-			more: "It is safe while an instance serves from the database; DEST must not exist."},
-		{name: "check", summary: "check the database file's integrity", options: func() []option { return new(checkArgs).options() }, run: checkCmd,
-			more: "It exits non-zero when the file is damaged."},
+		{name: "backup", args: "DEST", summary: "write an online backup of the SQLite file", options: configOptions("backup"), run: backupCmd,
+			more: "It is safe while an instance serves from the database; DEST must not exist. On PostgreSQL it refuses: back up with pg_dump."},
+		{name: "check", summary: "check the SQLite file's integrity", options: func() []option { return new(checkArgs).options() }, run: checkCmd,
+			more: "It exits non-zero when the file is damaged. On PostgreSQL it refuses: the server's pg_amcheck checks its tables and indexes."},
 		{name: "loadtest", summary: "drive a running instance through its public paths and report throughput and latency",
 			options: func() []option { return new(loadtestArgs).options() }, secrets: loadtestSecrets, run: loadtestCmd,
-			more: "Secrets come from the environment, or from the instance's database file with --db."},
+			more: "Secrets come from the environment, or from the instance's database (file or URL) with --db."},
 		{name: "version", summary: "print the version", options: func() []option { return nil }, run: versionCmd},
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"switchyard/store"
+	"switchyard/store/storetest"
 	"switchyard/testwait"
 )
 
@@ -156,7 +159,7 @@ func waitHealthy(t *testing.T, base string) {
 
 func TestServe(t *testing.T) {
 	t.Parallel()
-	db := filepath.Join(t.TempDir(), "switchyard.db")
+	db := storetest.Source(t)
 
 	first := start(t, db)
 	waitHealthy(t, first.base)
@@ -241,7 +244,7 @@ func TestServe(t *testing.T) {
 
 func TestMigrateCommand(t *testing.T) {
 	t.Parallel()
-	db := filepath.Join(t.TempDir(), "m.db")
+	db := storetest.Source(t)
 	run := func() string {
 		out, err := exec.Command(binary(t), "migrate", "--db", db).CombinedOutput()
 		if err != nil {
@@ -282,9 +285,8 @@ func TestConfig(t *testing.T) {
 
 func TestPublishCommand(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	db := filepath.Join(dir, "p.db")
-	file := filepath.Join(dir, "events.jsonl")
+	db := storetest.Source(t)
+	file := filepath.Join(t.TempDir(), "events.jsonl")
 	lines := []string{
 		`{"messageId":"6f1c1a52-0000-4000-8000-000000000001","type":"pin.identity.user-upserted","contractVersion":1,"aggregateId":"11111111-1111-4111-8111-111111111111","aggregateType":"User","occurredAt":"2026-01-01T00:00:00Z","correlationId":"c1","payload":{"UserId":"11111111-1111-4111-8111-111111111111","Type":"Agent","Status":"Active","Name":{"FirstName":"A"},"PhoneNumber":"+79990001234","RegisteredVia":"Sms","Version":1}}`,
 		``,
@@ -310,6 +312,7 @@ func TestPublishCommand(t *testing.T) {
 
 func TestBackupCommand(t *testing.T) {
 	t.Parallel()
+	storetest.SQLiteOnly(t, "it backs the file up to a file and checks both files' modes; TestPostgresRefusesBackupAndCheck is PostgreSQL's")
 	dir := t.TempDir()
 	db := filepath.Join(dir, "live.db")
 	p := start(t, db)
@@ -337,4 +340,29 @@ func TestBackupCommand(t *testing.T) {
 		t.Fatalf("the backup serves another admin token: %q, want %q", q.token, p.token)
 	}
 	q.stop(t)
+}
+
+// assertUntouched fails t when src, a location from storetest.Source, was
+// opened by a process that had to refuse first: the SQLite file exists, or
+// the PostgreSQL database (which Source creates empty) has tables.
+func assertUntouched(t *testing.T, src string) {
+	t.Helper()
+	if !store.IsPostgresURL(src) {
+		if _, err := os.Stat(src); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the refused start touched the database: %v", err)
+		}
+		return
+	}
+	db, err := store.Open(context.Background(), store.Options{Path: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var tables int
+	if err := db.Read.QueryRow(`select count(*) from pg_tables where schemaname = 'public'`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 {
+		t.Fatalf("the refused start touched the database: it has %d tables", tables)
+	}
 }

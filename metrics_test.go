@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
 )
 
@@ -191,7 +191,7 @@ func TestMetricsAtStart(t *testing.T) {
 	fake := fakebot.New(fakebot.Opts{})
 	tg := httptest.NewServer(fake)
 	t.Cleanup(func() { tg.Close(); fake.Close() })
-	p := start(t, filepath.Join(t.TempDir(), "metrics.db"),
+	p := start(t, storetest.Source(t),
 		"BOT_TELEGRAM_TOKEN="+fakebot.Token(7300000001), "OMNI_TELEGRAM_TOKEN="+fakebot.Token(7300000002), "TELEGRAM_API_URL="+tg.URL)
 	waitHealthy(t, p.base)
 

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/mymmrac/telego"
 
+	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
 )
 
@@ -248,7 +248,7 @@ func TestSandboxBotAPI(t *testing.T) {
 // working.
 func TestSandboxTokensSurviveRestart(t *testing.T) {
 	t.Parallel()
-	db := filepath.Join(t.TempDir(), "switchyard.db")
+	db := storetest.Source(t)
 	first := start(t, db)
 	waitHealthy(t, first.base)
 	before := sandboxTokens(t, first.base, first.token)
@@ -275,7 +275,7 @@ func TestSandboxExposure(t *testing.T) {
 	t.Parallel()
 
 	t.Run("a non-loopback address with no bot tokens refuses to start", func(t *testing.T) {
-		db := filepath.Join(t.TempDir(), "never.db")
+		db := storetest.Source(t)
 		// A start that is not refused would serve until the deadline kills it.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -290,13 +290,11 @@ func TestSandboxExposure(t *testing.T) {
 			!strings.Contains(string(out), "--sandbox-public") || !strings.Contains(string(out), "BOT_TELEGRAM_TOKEN") {
 			t.Fatalf("serve on 0.0.0.0 without tokens: %v\n%s", err, out)
 		}
-		if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("the refused start touched the database: %v", err)
-		}
+		assertUntouched(t, db)
 	})
 
 	t.Run("with --sandbox-public it starts and the banner says the sandbox is exposed", func(t *testing.T) {
-		p := startArgs(t, []string{"serve", "--db", filepath.Join(t.TempDir(), "public.db"), "--addr", "0.0.0.0:0",
+		p := startArgs(t, []string{"serve", "--db", storetest.Source(t), "--addr", "0.0.0.0:0",
 			"--sandbox-public", "--log-format", "json"}, nil)
 		p.mu.Lock()
 		banner := p.stdout.String()
@@ -309,7 +307,7 @@ func TestSandboxExposure(t *testing.T) {
 	})
 
 	t.Run("a loopback address starts with no warning", func(t *testing.T) {
-		p := start(t, filepath.Join(t.TempDir(), "local.db"))
+		p := start(t, storetest.Source(t))
 		p.mu.Lock()
 		banner := p.stdout.String()
 		p.mu.Unlock()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/mymmrac/telego"
 
+	"switchyard/store/storetest"
 	"switchyard/telegram"
 	"switchyard/telegram/fakebot"
 	"switchyard/testwait"
@@ -50,7 +50,7 @@ func TestTwoServesShareOneBot(t *testing.T) {
 	t.Cleanup(func() { tg.Close(); fake.Close() })
 	const omniBot = 7200000002
 	omniToken := fakebot.Token(omniBot)
-	db := filepath.Join(t.TempDir(), "two.db")
+	db := storetest.Source(t)
 	env := []string{
 		"SWITCHYARD_ADMIN_TOKEN=" + admin, "OMNI_WEBHOOK_SECRET=" + hook,
 		"BOT_TO_BACKEND_SECRET=two-serves-bot-secret-0123456789abcd", "BOT_TELEGRAM_WEBHOOK_SECRET=two-serves-bot-webhook-0123456789ab",
