@@ -72,7 +72,7 @@ func (db *DB) sawError(err error) {
 	}
 	if db.corrupt.CompareAndSwap(nil, &wrapped) {
 		db.log.Error("database file is damaged: this process stops taking work; restore the file from a backup and restart (README, Backups)",
-			slog.String("db", db.path), slog.Any("err", err))
+			slog.String("db", Redact(db.path)), slog.Any("err", err))
 	}
 }
 
