@@ -15,6 +15,7 @@ import (
 	"switchyard/bot/contract"
 	"switchyard/migrations"
 	"switchyard/store"
+	"switchyard/store/storetest"
 	"switchyard/testwait"
 )
 
@@ -23,6 +24,7 @@ func emitMany(t testing.TB, o *Outbox, n int, target Target) []contract.EventID 
 	t.Helper()
 	ids := make([]contract.EventID, 0, n)
 	err := o.Tx(context.Background(), func(tx *sql.Tx) error {
+		ids = ids[:0] // a transaction run again (PostgreSQL) starts over
 		for range n {
 			id, err := o.EmitTx(context.Background(), tx, NewEvent{Type: contract.EventStatusNftActivated, Target: target, Payload: json.RawMessage(`{"level":"lp1"}`)})
 			if err != nil {
@@ -720,16 +722,27 @@ func TestMigrationRunsTwice(t *testing.T) {
 	if n := e.countEvents(t); n != 1 {
 		t.Fatalf("%d events after re-running the migration", n)
 	}
-	var idx int
-	if err := e.db.Read.QueryRow(`select count(*) from sqlite_master where type = 'index' and name = 'idx_bot_event_outbox_processed_id'`).Scan(&idx); err != nil || idx != 1 {
-		t.Fatalf("index idx_bot_event_outbox_processed_id: %d, %v", idx, err)
+	indexes := `select count(*) from sqlite_master where type = 'index' and name = ?`
+	if e.db.Postgres() {
+		indexes = `select count(*) from pg_indexes where schemaname = current_schema() and indexname = ?`
+	}
+	for _, name := range []string{"idx_bot_event_outbox_processed_id", "idx_bot_event_outbox_pending"} {
+		var idx int
+		if err := e.db.Read.QueryRow(indexes, name).Scan(&idx); err != nil || idx != 1 {
+			t.Fatalf("index %s: %d, %v", name, idx, err)
+		}
 	}
 }
 
-// migrationUp is the Up half of the outbox migration, as goose runs it.
+// migrationUp is the Up half of the outbox migration of the test run's
+// backend, as goose runs it.
 func migrationUp(t testing.TB) string {
 	t.Helper()
-	b, err := fs.ReadFile(migrations.FS, "00004_bot_outbox.sql")
+	fsys, name := fs.FS(migrations.FS), "00004_bot_outbox.sql"
+	if storetest.Postgres() {
+		fsys, name = migrations.PostgresFS, "postgres/"+name
+	}
+	b, err := fs.ReadFile(fsys, name)
 	if err != nil {
 		t.Fatal(err)
 	}
