@@ -318,6 +318,13 @@ func (o *Outbox) EmitStructOvertake(ctx context.Context, t Target, payload json.
 // would be handled in the next page, before the retried one, and the per-user
 // order the consumer keeps inside one page would break across pages. A
 // dead-lettered event no longer holds its user back.
+//
+// The order names the index's leading columns too (processed_at,
+// dead_lettered_at: both NULL in every row the query keeps, so they change
+// nothing): PostgreSQL does not take "is null" as an equality that drops a
+// column from the order, and, asked for user_key, id alone, sorts the whole
+// backlog instead of walking idx_bot_event_outbox_pending. Spelled out, both
+// dialects walk the index and stop at the limit (TestPendingQueryPlan).
 const pendingSQL = `
 	select o.id, o.event_type, o.telegram_id, o.magnet_uid, o.payload, o.created_at, o.attempts
 	from bot_event_outbox o
@@ -328,7 +335,7 @@ const pendingSQL = `
 	    where h.processed_at is null and h.dead_lettered_at is null
 	      and h.user_key = o.user_key and h.id < o.id
 	      and h.next_retry_at > ?)
-	order by o.user_key, o.id
+	order by o.processed_at, o.dead_lettered_at, o.user_key, o.id
 	limit ?`
 
 // Pending returns up to limit due, unprocessed events in the contract's order
