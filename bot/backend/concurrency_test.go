@@ -1,0 +1,222 @@
+package backend
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"switchyard/bot/contract"
+	"switchyard/store"
+	"switchyard/store/storetest"
+	"switchyard/testwait"
+)
+
+// These tests are about write transactions that run side by side, which only
+// PostgreSQL does: each holds a row lock in a transaction of the test, starts
+// the calls under test, waits until each of them waits for a lock (or has
+// returned), and only then commits. Every call has then read the rows before
+// the holder's commit and writes after it — the interleaving in which a
+// decision taken from a stale read does harm.
+
+// pgOnly skips tb on SQLite: its single writer runs one write transaction at
+// a time, so the interleaving why names cannot happen there.
+func pgOnly(tb testing.TB, why string) {
+	tb.Helper()
+	if !storetest.Postgres() {
+		tb.Skip("PostgreSQL only: " + why)
+	}
+}
+
+// lockWaiters counts the sessions of db's database that wait for a lock.
+func lockWaiters(tb testing.TB, db *store.DB) int {
+	tb.Helper()
+	var n int
+	if err := db.Read.QueryRow(`select count(*) from pg_stat_activity
+		where datname = current_database() and wait_event_type = 'Lock'`).Scan(&n); err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// lockRace is a transaction of the test that holds locks while calls start.
+type lockRace struct {
+	t     testing.TB
+	db    *store.DB
+	tx    *sql.Tx
+	mu    sync.Mutex
+	calls []chan error
+	ended int
+}
+
+// holdLocks begins a transaction on db and runs hold in it; its locks stay
+// held until release.
+func holdLocks(t testing.TB, db *store.DB, hold func(tx *sql.Tx) error) *lockRace {
+	t.Helper()
+	tx, err := db.Write.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	if err := hold(tx); err != nil {
+		t.Fatalf("take the locks: %v", err)
+	}
+	return &lockRace{t: t, db: db, tx: tx}
+}
+
+// start runs call in a goroutine and returns once every call started so far
+// waits for a lock or has returned.
+func (r *lockRace) start(call func() error) {
+	r.t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		err := call()
+		done <- err
+		r.mu.Lock()
+		r.ended++
+		r.mu.Unlock()
+	}()
+	r.calls = append(r.calls, done)
+	want := len(r.calls)
+	testwait.Until(r.t, 30*time.Second, fmt.Sprintf("%d calls waiting for a lock or returned", want), func() bool {
+		r.mu.Lock()
+		ended := r.ended
+		r.mu.Unlock()
+		return ended+lockWaiters(r.t, r.db) >= want
+	})
+}
+
+// release commits the holder's transaction and returns the calls' errors, in
+// the order they started.
+func (r *lockRace) release() []error {
+	r.t.Helper()
+	if err := r.tx.Commit(); err != nil {
+		r.t.Fatalf("commit the holder: %v", err)
+	}
+	errs := make([]error, len(r.calls))
+	for i, done := range r.calls {
+		select {
+		case errs[i] = <-done:
+		case <-time.After(30 * time.Second):
+			r.t.Fatalf("call %d did not return within 30 s of the holder's commit", i)
+		}
+	}
+	return errs
+}
+
+func TestConcurrentAcks(t *testing.T) {
+	t.Parallel()
+	const why = "an ack that reads before another ack commits"
+	ctx := context.Background()
+
+	t.Run("a retry ack that read the event before a processed ack committed leaves it processed", func(t *testing.T) {
+		t.Parallel()
+		pgOnly(t, why)
+		e := newBackendEnv(t)
+		id := emitMany(t, e.b.Outbox(), 1, Target{MagnetUID: 1})[0]
+		processed := holdLocks(t, e.db, func(tx *sql.Tx) error {
+			_, err := tx.Exec(ackProcessedSQL, store.TS(e.clock.Now()), id)
+			return err
+		})
+		var res contract.AckResult
+		processed.start(func() error {
+			var err error
+			res, err = e.b.Outbox().Ack(ctx, contract.AckRequest{RetryIDs: []contract.EventID{id}, Errors: map[string]string{itoa(id): "late"}})
+			return err
+		})
+		if err := processed.release()[0]; err != nil {
+			t.Fatal(err)
+		}
+		rec := e.event(t, id)
+		if rec.ProcessedAt == nil || rec.Attempts != 0 || rec.LastError != nil || res.Retried != 0 {
+			t.Fatalf("event %+v after the race, retry ack %+v: want it processed, never retried", rec, res)
+		}
+		if got := e.pending(t, ""); len(got) != 0 {
+			t.Fatalf("pending %v: a processed event is handed out again", eventIDs(got))
+		}
+	})
+
+	t.Run("two retry acks of one due event count one attempt", func(t *testing.T) {
+		t.Parallel()
+		pgOnly(t, why)
+		e := newBackendEnv(t)
+		id := emitMany(t, e.b.Outbox(), 1, Target{MagnetUID: 1})[0]
+		// The test's transaction holds the row as an ack would; both acks
+		// read the event due and wait.
+		held := holdLocks(t, e.db, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`update bot_event_outbox set last_error = last_error where id = ?`, id)
+			return err
+		})
+		results := make([]contract.AckResult, 2)
+		for i := range results {
+			held.start(func() error {
+				var err error
+				results[i], err = e.b.Outbox().Ack(ctx, contract.AckRequest{RetryIDs: []contract.EventID{id}})
+				return err
+			})
+		}
+		if err := errors.Join(held.release()...); err != nil {
+			t.Fatal(err)
+		}
+		if rec := e.event(t, id); rec.Attempts != 1 || results[0].Retried+results[1].Retried != 1 {
+			t.Fatalf("attempts %d, acks %+v: want one attempt counted by one ack", rec.Attempts, results)
+		}
+	})
+
+	t.Run("a redrive that read the event before a processed ack committed answers ErrEventProcessed and keeps it", func(t *testing.T) {
+		t.Parallel()
+		pgOnly(t, why)
+		e := newBackendEnv(t)
+		id := emitMany(t, e.b.Outbox(), 1, Target{MagnetUID: 1})[0]
+		e.ack(t, contract.AckRequest{RetryIDs: []contract.EventID{id}, Errors: map[string]string{itoa(id): "boom"}})
+		processed := holdLocks(t, e.db, func(tx *sql.Tx) error {
+			_, err := tx.Exec(ackProcessedSQL, store.TS(e.clock.Now()), id)
+			return err
+		})
+		processed.start(func() error {
+			_, err := e.b.Outbox().Redrive(ctx, id)
+			return err
+		})
+		if err := processed.release()[0]; !errors.Is(err, contract.ErrEventProcessed) {
+			t.Fatalf("redrive: %v, want ErrEventProcessed", err)
+		}
+		if rec := e.event(t, id); rec.ProcessedAt == nil || rec.Attempts != 1 || rec.NextRetryAt == nil {
+			t.Fatalf("event %+v: the processed event's retry history was reset", rec)
+		}
+	})
+}
+
+func TestConcurrentEmitOrder(t *testing.T) {
+	t.Parallel()
+	t.Run("a user's later event is not handed out before an earlier one that has not committed", func(t *testing.T) {
+		t.Parallel()
+		pgOnly(t, "transactions that emit for one user side by side")
+		e := newBackendEnv(t)
+		ctx := context.Background()
+		target := Target{MagnetUID: 7}
+		var first contract.EventID
+		earlier := holdLocks(t, e.db, func(tx *sql.Tx) error {
+			var err error
+			first, err = e.b.Outbox().EmitTx(ctx, tx, NewEvent{Type: contract.EventWalletConnected, Target: target})
+			return err
+		})
+		var second contract.EventID
+		earlier.start(func() error {
+			var err error
+			second, err = e.b.Outbox().Emit(ctx, NewEvent{Type: contract.EventRegistered, Target: target})
+			return err
+		})
+		if got := e.pending(t, ""); len(got) != 0 {
+			t.Fatalf("pending %v while event %d of the same user is not committed: the user's order breaks", eventIDs(got), first)
+		}
+		if err := earlier.release()[0]; err != nil {
+			t.Fatal(err)
+		}
+		if got := eventIDs(e.pending(t, "")); fmt.Sprint(got) != fmt.Sprint([]contract.EventID{first, second}) {
+			t.Fatalf("pending %v, want [%d %d]", got, first, second)
+		}
+	})
+}
