@@ -220,3 +220,209 @@ func TestConcurrentEmitOrder(t *testing.T) {
 		}
 	})
 }
+
+func TestConcurrentActions(t *testing.T) {
+	t.Parallel()
+	const why = "two transactions deciding from one user row side by side"
+	ctx := context.Background()
+
+	// holdUser locks uid's row as a concurrent change to the account would;
+	// the lock (for update) also holds back an insert that references the
+	// row, such as a connect token's.
+	holdUser := func(t *testing.T, e *backendEnv, uid contract.UID) *lockRace {
+		return holdLocks(t, e.db, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`select uid from users where uid = ? for update`, uid)
+			return err
+		})
+	}
+
+	for _, tc := range []struct {
+		name   string
+		action func(b *Service, uid, leader contract.UID) (ActionResult, error)
+		types  []contract.EventType
+	}{
+		{"a registration twice at once registers once and tells the leader once",
+			func(b *Service, uid, leader contract.UID) (ActionResult, error) { return b.Register(ctx, uid, &leader) },
+			[]contract.EventType{contract.EventRegistered, contract.EventNewPartner}},
+		{"the same wallet twice at once emits wallet_connected once",
+			func(b *Service, uid, _ contract.UID) (ActionResult, error) {
+				return b.ConnectWallet(ctx, uid, "EQsame")
+			},
+			[]contract.EventType{contract.EventWalletConnected}},
+		{"the same NFT level twice at once emits status_nft_activated once",
+			func(b *Service, uid, _ contract.UID) (ActionResult, error) {
+				return b.ActivateNFT(ctx, uid, contract.NftLP1)
+			},
+			[]contract.EventType{contract.EventStatusNftActivated}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pgOnly(t, why)
+			e := newBackendEnv(t)
+			leader := e.createUser(t, "leader", "5001")
+			u := e.createUser(t, "partner", "5002")
+			held := holdUser(t, e, u.UID)
+			for range 2 {
+				held.start(func() error {
+					_, err := tc.action(e.b, u.UID, leader.UID)
+					return err
+				})
+			}
+			if err := errors.Join(held.release()...); err != nil {
+				t.Fatal(err)
+			}
+			events, err := e.b.Outbox().ListEvents(ctx, EventFilter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []contract.EventType
+			for i := len(events) - 1; i >= 0; i-- {
+				got = append(got, events[i].EventType)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.types) {
+				t.Fatalf("events %v, want %v once each", got, tc.types)
+			}
+		})
+	}
+
+	t.Run("an account created meanwhile with the same link is ErrLinkTaken, not a failure", func(t *testing.T) {
+		t.Parallel()
+		pgOnly(t, why)
+		e := newBackendEnv(t)
+		for _, tc := range []struct {
+			link string
+			tg   contract.TelegramID
+			want error
+		}{
+			{"taken", "", contract.ErrLinkTaken},
+			{"free", "6001", contract.ErrTelegramTaken},
+		} {
+			held := holdLocks(t, e.db, func(tx *sql.Tx) error {
+				_, err := tx.Exec(`insert into users (link, name, telegram_id, created_at) values (?, 'First', '6001', ?)`,
+					"taken", store.TS(e.clock.Now()))
+				return err
+			})
+			held.start(func() error {
+				_, err := e.b.CreateUser(ctx, NewUser{Link: tc.link, Name: "Second", TelegramID: tc.tg})
+				return err
+			})
+			if err := held.release()[0]; !errors.Is(err, tc.want) {
+				t.Fatalf("create %s/%s: %v, want %v", tc.link, tc.tg, err, tc.want)
+			}
+			if _, err := e.db.Write.Exec(`delete from users`); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("a notification stored meanwhile under the same dedup key is returned, not a failure", func(t *testing.T) {
+		t.Parallel()
+		pgOnly(t, why)
+		e := newBackendEnv(t)
+		u := e.createUser(t, "user", "5001")
+		held := holdLocks(t, e.db, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`insert into web_notifications (uid, kind, text, dedup_key, created_at) values (?, 'dm', 'first', 'k', ?)`,
+				u.UID, store.TS(e.clock.Now()))
+			return err
+		})
+		var (
+			note    contract.Notification
+			created bool
+		)
+		held.start(func() error {
+			var err error
+			note, created, err = e.b.AddNotification(ctx, contract.NewNotification{UID: u.UID, Kind: "dm", Text: "second", DedupKey: "k"})
+			return err
+		})
+		if err := held.release()[0]; err != nil {
+			t.Fatal(err)
+		}
+		if created || note.Text != "first" {
+			t.Fatalf("notification %+v, created %v: want the first one, not created", note, created)
+		}
+	})
+
+	t.Run("one connect token redeemed twice at once by two Telegram ids: one wins, the other is ErrTokenUsed", func(t *testing.T) {
+		t.Parallel()
+		pgOnly(t, why)
+		e := newBackendEnv(t)
+		u := e.createUser(t, "user", "")
+		link, err := e.b.MintConnectLink(ctx, u.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		token, _ := contract.ParseConnectPayload(link.StartParam)
+		held := holdLocks(t, e.db, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`update telegram_connect_tokens set created_at = created_at where token = ?`, token)
+			return err
+		})
+		for _, tg := range []contract.TelegramID{"7001", "7002"} {
+			held.start(func() error {
+				_, err := e.b.RedeemConnect(ctx, link.StartParam, tg)
+				return err
+			})
+		}
+		errs := held.release()
+		if errs[0] != nil || !errors.Is(errs[1], contract.ErrTokenUsed) {
+			t.Fatalf("redemptions: %v; want the first to win and the second ErrTokenUsed", errs)
+		}
+		after, err := e.b.GetUser(ctx, u.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.PreviewTelegramID == nil || *after.PreviewTelegramID != "7001" {
+			t.Fatalf("preview %v, want the winner's 7001", after.PreviewTelegramID)
+		}
+	})
+
+	t.Run("two connect links minted at once are one token", func(t *testing.T) {
+		t.Parallel()
+		pgOnly(t, why)
+		e := newBackendEnv(t)
+		u := e.createUser(t, "user", "")
+		held := holdUser(t, e, u.UID)
+		links := make([]contract.ConnectLink, 2)
+		for i := range links {
+			held.start(func() error {
+				var err error
+				links[i], err = e.b.MintConnectLink(ctx, u.UID)
+				return err
+			})
+		}
+		if err := errors.Join(held.release()...); err != nil {
+			t.Fatal(err)
+		}
+		var tokens int
+		if err := e.db.Read.QueryRow(`select count(*) from telegram_connect_tokens where uid = ?`, u.UID).Scan(&tokens); err != nil {
+			t.Fatal(err)
+		}
+		if links[0].Token != links[1].Token || tokens != 1 {
+			t.Fatalf("links %s and %s, %d tokens stored: want one token", links[0].Token, links[1].Token, tokens)
+		}
+	})
+
+	t.Run("a binding and a redemption of another Telegram id at once do not both succeed", func(t *testing.T) {
+		t.Parallel()
+		pgOnly(t, why)
+		e := newBackendEnv(t)
+		u := e.createUser(t, "user", "")
+		e.preview(t, u.UID, "7001")
+		link, err := e.b.MintConnectLink(ctx, u.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := holdUser(t, e, u.UID)
+		held.start(func() error {
+			_, err := e.b.BindTelegram(ctx, u.UID, "7001")
+			return err
+		})
+		held.start(func() error {
+			_, err := e.b.RedeemConnect(ctx, link.StartParam, "7002")
+			return err
+		})
+		errs := held.release()
+		if errs[0] != nil || !errors.Is(errs[1], contract.ErrAccountBound) {
+			t.Fatalf("bind, redeem: %v; want the bind to win and the redemption ErrAccountBound", errs)
+		}
+	})
+}
