@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"switchyard/bot/backend"
+	"switchyard/bot/contract"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/testwait"
@@ -148,6 +150,58 @@ func TestConcurrentFunnelChanges(t *testing.T) {
 		want := "[update:777:1 stage account_linked event:1 stage wallet_connected update:777:2 bind prompted]"
 		if fmt.Sprint(changes) != want {
 			t.Fatalf("history %v, want %s", changes, want)
+		}
+	})
+}
+
+func TestBatchRunAgain(t *testing.T) {
+	t.Parallel()
+	t.Run("a batch whose transaction PostgreSQL rolls back for a serialization failure runs again: each event once, none retried", func(t *testing.T) {
+		t.Parallel()
+		pgOnly(t, "Tx runs a transaction again only on PostgreSQL")
+		e := newOnbEnv(t)
+		b := e.newBot(e.db)
+		ctx := context.Background()
+		// The second mark of the ledger fails once, as a serialization
+		// failure would: the first event is handled by then.
+		for _, q := range []string{
+			`create sequence test_marks`,
+			`create function test_fail_second_mark() returns trigger language plpgsql as $$
+			begin
+				if nextval('test_marks') = 2 then
+					raise exception 'injected serialization failure' using errcode = 'serialization_failure';
+				end if;
+				return new;
+			end $$`,
+			`create trigger test_fail_second_mark before insert on bot_processed_events
+				for each row execute function test_fail_second_mark()`,
+		} {
+			if _, err := e.db.Write.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids := []contract.EventID{
+			e.emitPartner(0, "5001", "Борис"),
+			e.emitNft(backend.Target{TelegramID: "5002"}),
+			e.emitPartner(0, "5003", "Вера"),
+		}
+		b.poll(ctx)
+		if n := e.unprocessed(); n != 0 {
+			t.Fatalf("%d events unprocessed after the poll: an event paid for the transaction's failure", n)
+		}
+		for _, id := range ids {
+			if r, err := e.be.Outbox().GetEvent(ctx, id); err != nil || r.Attempts != 0 {
+				t.Fatalf("event %d: %+v, %v; want handled at the first attempt", id, r, err)
+			}
+		}
+		if n := b.handled.Load(); n != int64(len(ids)) {
+			t.Fatalf("handled %d, want %d: a run that rolled back was counted", n, len(ids))
+		}
+		if n := e.count(`select count(*) from bot_processed_events`); n != len(ids) {
+			t.Fatalf("%d ledger rows, want %d", n, len(ids))
+		}
+		if n := e.dms(); n != 2 {
+			t.Fatalf("%d DMs recorded, want the two new_partner DMs once each", n)
 		}
 	})
 }
