@@ -163,12 +163,14 @@ func userBy(ctx context.Context, q queryRower, where string, arg any) (User, err
 // locks the row to the commit: a concurrent transaction about the same row
 // waits at its own select and then reads what this one committed (READ
 // COMMITTED), instead of deciding from the same old row — two registrations
-// that each emit, two redemptions of one token that both succeed. SQLite's
-// single writer runs one write transaction at a time already, and has no
-// such clause.
+// that each emit, two redemptions of one token that both succeed. The lock
+// is "no key update", as the later update of non-key columns takes anyway:
+// it excludes its like and writers, not the inserts whose foreign keys only
+// share the row (a connect token, a notification). SQLite's single writer
+// runs one write transaction at a time already, and has no such clause.
 func (b *Service) forUpdate() string {
 	if b.db.Postgres() {
-		return ` for update`
+		return ` for no key update`
 	}
 	return ``
 }

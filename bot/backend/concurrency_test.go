@@ -89,6 +89,13 @@ func (r *lockRace) start(call func() error) {
 	})
 }
 
+// returned counts the calls that have returned.
+func (r *lockRace) returned() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ended
+}
+
 // release commits the holder's transaction and returns the calls' errors, in
 // the order they started.
 func (r *lockRace) release() []error {
@@ -398,6 +405,27 @@ func TestConcurrentActions(t *testing.T) {
 		}
 		if links[0].Token != links[1].Token || tokens != 1 {
 			t.Fatalf("links %s and %s, %d tokens stored: want one token", links[0].Token, links[1].Token, tokens)
+		}
+	})
+
+	t.Run("an action's lock on the account does not hold back a notification that only references it", func(t *testing.T) {
+		t.Parallel()
+		pgOnly(t, why)
+		e := newBackendEnv(t)
+		u := e.createUser(t, "user", "5001")
+		held := holdLocks(t, e.db, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`select uid from users where uid = ?`+e.b.forUpdate(), u.UID)
+			return err
+		})
+		held.start(func() error {
+			_, _, err := e.b.AddNotification(ctx, contract.NewNotification{UID: u.UID, Kind: "dm", Text: "hi", DedupKey: "k"})
+			return err
+		})
+		if held.returned() != 1 {
+			t.Fatal("a notification waited for the lock an action holds on its account")
+		}
+		if err := held.release()[0]; err != nil {
+			t.Fatal(err)
 		}
 	})
 

@@ -248,7 +248,7 @@ const ErrFunnelNotFound = Error("funnel not found")
 // time already, and has no such clause.
 func (o *Bot) forUpdate() string {
 	if o.db.Postgres() {
-		return ` for update`
+		return ` for no key update` // the lock the update takes; nothing references the row
 	}
 	return ``
 }
