@@ -200,8 +200,11 @@ const insertEventSQL = `
 // commit out of id order, and a consumer that handled the later id (already
 // committed) would get the earlier one afterwards — the per-user order
 // broken. SQLite's single writer commits in insert order by itself. The lock
-// is in a class of its own (the first key), apart from other advisory locks.
-const lockUserSQL = `select pg_advisory_xact_lock(1651471480, hashtext(cast(? as text)))`
+// is in a class of its own (the first key), apart from other advisory locks,
+// and the users share 256 of them by a hash of their key: a transaction that
+// emits for thousands of users holds at most 256 locks of the server's shared
+// lock table, and two users of one lock only wait for each other's commit.
+const lockUserSQL = `select pg_advisory_xact_lock(1651471480, hashtext(cast(? as text)) & 255)`
 
 // EmitTx writes ev inside the caller's transaction with exactly one INSERT
 // (on PostgreSQL, behind the user's advisory lock: see lockUserSQL), so the
