@@ -158,6 +158,28 @@ func userBy(ctx context.Context, q queryRower, where string, arg any) (User, err
 	return u, nil
 }
 
+// forUpdate ends a select of the row a transaction goes on to decide from
+// and change. On PostgreSQL, where write transactions run side by side, it
+// locks the row to the commit: a concurrent transaction about the same row
+// waits at its own select and then reads what this one committed (READ
+// COMMITTED), instead of deciding from the same old row — two registrations
+// that each emit, two redemptions of one token that both succeed. The lock
+// is "no key update", as the later update of non-key columns takes anyway:
+// it excludes its like and writers, not the inserts whose foreign keys only
+// share the row (a connect token, a notification). SQLite's single writer
+// runs one write transaction at a time already, and has no such clause.
+func (b *Service) forUpdate() string {
+	if b.db.Postgres() {
+		return ` for no key update`
+	}
+	return ``
+}
+
+// lockUser reads the user uid inside tx and locks the row (forUpdate).
+func (b *Service) lockUser(ctx context.Context, tx *sql.Tx, uid contract.UID) (User, error) {
+	return userBy(ctx, tx, `uid = ?`+b.forUpdate(), uid)
+}
+
 // NewUser is the input of CreateUser (POST /admin/api/users).
 type NewUser struct {
 	Link       string              `json:"link"`
@@ -204,13 +226,24 @@ func (b *Service) CreateUser(ctx context.Context, n NewUser) (User, error) {
 		if n.TelegramID != "" {
 			tg = string(n.TelegramID)
 		}
+		// checkFree read before the insert; an account created meanwhile by
+		// a concurrent transaction (PostgreSQL) takes the link or Telegram id
+		// first: the insert then does nothing, and checkFree, run again, names
+		// what was taken.
 		var uid contract.UID
-		if err := tx.QueryRowContext(ctx,
-			`insert into users (link, name, telegram_id, leader_uid, created_at) values (?, ?, ?, ?, ?) returning uid`,
-			n.Link, n.Name, tg, leader, store.TS(b.db.Now())).Scan(&uid); err != nil {
+		err := tx.QueryRowContext(ctx,
+			`insert into users (link, name, telegram_id, leader_uid, created_at) values (?, ?, ?, ?, ?)
+			 on conflict do nothing returning uid`,
+			n.Link, n.Name, tg, leader, store.TS(b.db.Now())).Scan(&uid)
+		if errors.Is(err, sql.ErrNoRows) {
+			if err := checkFree(ctx, tx, n.Link, n.TelegramID); err != nil {
+				return err
+			}
+			return errors.New("create user: the link or Telegram id was taken meanwhile")
+		}
+		if err != nil {
 			return fmt.Errorf("create user: %w", err)
 		}
-		var err error
 		u, err = userBy(ctx, tx, `uid = ?`, uid)
 		return err
 	})
@@ -257,11 +290,14 @@ type ActionResult struct {
 }
 
 // action runs fn on the user uid inside one transaction that wakes the
-// consumers once it committed, and returns the user as fn left it.
+// consumers once it committed, and returns the user as fn left it. fn gets
+// the user row locked (lockUser), so the same action twice at once decides
+// once from the row as it was and once from the row the first left: the
+// second changes nothing and emits nothing.
 func (b *Service) action(ctx context.Context, uid contract.UID, fn func(tx *sql.Tx, u User) ([]contract.EventID, error)) (ActionResult, error) {
 	var res ActionResult
 	err := b.outbox.Tx(ctx, func(tx *sql.Tx) error {
-		u, err := userBy(ctx, tx, `uid = ?`, uid)
+		u, err := b.lockUser(ctx, tx, uid)
 		if err != nil {
 			return err
 		}
@@ -427,7 +463,7 @@ func (b *Service) BindTelegram(ctx context.Context, uid contract.UID, tg contrac
 	var u User
 	err := b.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if u, err = userBy(ctx, tx, `uid = ?`, uid); err != nil {
+		if u, err = b.lockUser(ctx, tx, uid); err != nil {
 			return err
 		}
 		if u.TelegramID != nil {
@@ -520,19 +556,24 @@ func (b *Service) AddNotification(ctx context.Context, n contract.NewNotificatio
 		var dedup any
 		if n.DedupKey != "" {
 			dedup = n.DedupKey
-			note, err = scanNotification(tx.QueryRowContext(ctx,
-				`select `+notificationColumns+` from web_notifications where uid = ? and dedup_key = ?`, uid, n.DedupKey))
-			if err == nil {
-				return nil
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("read notification: %w", err)
-			}
 		}
+		// The insert is the dedup check: a key stored before — or by a
+		// concurrent call, whose commit PostgreSQL waits for — makes it do
+		// nothing, and the first notification is read instead.
 		note, err = scanNotification(tx.QueryRowContext(ctx,
 			`insert into web_notifications (uid, kind, text, dedup_key, created_at) values (?, ?, ?, ?, ?)
+			 on conflict (uid, dedup_key) do nothing
 			 returning `+notificationColumns,
 			uid, n.Kind, n.Text, dedup, store.TS(b.db.Now())))
+		if errors.Is(err, sql.ErrNoRows) {
+			note, err = scanNotification(tx.QueryRowContext(ctx,
+				`select `+notificationColumns+` from web_notifications where uid = ? and dedup_key = ?`, uid, n.DedupKey))
+			if err != nil {
+				return fmt.Errorf("read notification: %w", err)
+			}
+			created = false
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("add notification: %w", err)
 		}
@@ -579,7 +620,8 @@ func (b *Service) connectLink(token string, expires time.Time) contract.ConnectL
 func (b *Service) MintConnectLink(ctx context.Context, uid contract.UID) (contract.ConnectLink, error) {
 	var link contract.ConnectLink
 	err := b.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := userBy(ctx, tx, `uid = ?`, uid); err != nil {
+		// The account's row is locked: two mints at once return one token.
+		if _, err := b.lockUser(ctx, tx, uid); err != nil {
 			return err
 		}
 		now := b.db.Now()
@@ -626,8 +668,10 @@ func (b *Service) RedeemConnect(ctx context.Context, payload string, tg contract
 			expires, used store.Timestamp
 			usedBy        sql.NullString
 		)
+		// The token's row is locked (forUpdate): of two redemptions at once,
+		// the second reads the token as the first left it — used.
 		err := tx.QueryRowContext(ctx,
-			`select uid, expires_at, used_at, used_by_telegram_id from telegram_connect_tokens where token = ?`,
+			`select uid, expires_at, used_at, used_by_telegram_id from telegram_connect_tokens where token = ?`+b.forUpdate(),
 			token).Scan(&uid, &expires, &used, &usedBy)
 		if errors.Is(err, sql.ErrNoRows) {
 			return contract.ErrTokenNotFound
@@ -646,7 +690,7 @@ func (b *Service) RedeemConnect(ctx context.Context, payload string, tg contract
 		if !expires.After(now) {
 			return contract.ErrTokenExpired
 		}
-		u, err := userBy(ctx, tx, `uid = ?`, uid)
+		u, err := b.lockUser(ctx, tx, uid)
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,13 @@
 //   - Ack is idempotent: processing an acked event again changes nothing, and
 //     a retry counts only for an event that was due.
 //   - Every /bot/* route checks the shared secret in constant time.
+//   - The same on PostgreSQL, where write transactions run side by side: a
+//     transaction that decides from a row reads it locked ("for no key
+//     update") or writes only if the row is still as it read it, so an
+//     action, a redemption or an ack done twice at once takes effect once;
+//     and one user's events commit in id order (an advisory lock on the
+//     user's key in EmitTx), so the pending order never hands out a later
+//     event before an earlier one commits.
 //
 // The tables it owns — bot_event_outbox, users, web_notifications and
 // telegram_connect_tokens (migrations 00004, 00012) — are read and written

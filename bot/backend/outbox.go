@@ -25,7 +25,7 @@ import (
 var (
 	metricEmitted = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_bot_outbox_emitted_events_total",
-		Help: "Outbox event inserts, by event type (an insert whose transaction then rolls back still counts).",
+		Help: "Outbox events emitted, by event type: counted once their transaction committed.",
 	}, []string{"event_type"})
 	metricAcked = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_bot_outbox_acked_events_total",
@@ -193,9 +193,23 @@ const insertEventSQL = `
 	values (?, ?, ?, ?, ?, 0, ?)
 	returning id`
 
-// EmitTx writes ev inside the caller's transaction with exactly one INSERT, so
-// the event commits or rolls back with the caller's business change. Call
-// Notify after the commit (or use Tx).
+// lockUserSQL is how EmitTx, on PostgreSQL, makes one user's events commit
+// in id order: a transaction-scoped advisory lock on the user's key, taken
+// before the insert and held to the commit. An id is assigned at insert, not
+// at commit, so without it two transactions emitting for one user could
+// commit out of id order, and a consumer that handled the later id (already
+// committed) would get the earlier one afterwards — the per-user order
+// broken. SQLite's single writer commits in insert order by itself. The lock
+// is in a class of its own (the first key), apart from other advisory locks,
+// and the users share 256 of them by a hash of their key: a transaction that
+// emits for thousands of users holds at most 256 locks of the server's shared
+// lock table, and two users of one lock only wait for each other's commit.
+const lockUserSQL = `select pg_advisory_xact_lock(1651471480, hashtext(cast(? as text)) & 255)`
+
+// EmitTx writes ev inside the caller's transaction with exactly one INSERT
+// (on PostgreSQL, behind the user's advisory lock: see lockUserSQL), so the
+// event commits or rolls back with the caller's business change, and one
+// user's events commit in id order. Call Notify after the commit (or use Tx).
 func (o *Outbox) EmitTx(ctx context.Context, tx *sql.Tx, ev NewEvent) (contract.EventID, error) {
 	if !ev.Type.Valid() {
 		return 0, contract.Invalidf("unknown event type %q", ev.Type)
@@ -208,14 +222,20 @@ func (o *Outbox) EmitTx(ctx context.Context, tx *sql.Tx, ev NewEvent) (contract.
 		payload = string(p)
 	}
 	uid, tg := ev.Target.ptrs()
+	key := userKey(uid, tg)
+	if o.db.Postgres() {
+		if _, err := tx.ExecContext(ctx, lockUserSQL, key); err != nil {
+			return 0, fmt.Errorf("emit %s: lock the user's events: %w", ev.Type, err)
+		}
+	}
 	var id contract.EventID
 	err := tx.QueryRowContext(ctx, insertEventSQL,
-		string(ev.Type), nullString(tg), nullUID(uid), payload, store.TS(o.db.Now()), userKey(uid, tg),
+		string(ev.Type), nullString(tg), nullUID(uid), payload, store.TS(o.db.Now()), key,
 	).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("emit %s: %w", ev.Type, err)
 	}
-	metricEmitted.WithLabelValues(string(ev.Type)).Inc()
+	o.db.AfterCommit(tx, func() { metricEmitted.WithLabelValues(string(ev.Type)).Inc() })
 	return id, nil
 }
 
@@ -318,6 +338,13 @@ func (o *Outbox) EmitStructOvertake(ctx context.Context, t Target, payload json.
 // would be handled in the next page, before the retried one, and the per-user
 // order the consumer keeps inside one page would break across pages. A
 // dead-lettered event no longer holds its user back.
+//
+// The order names the index's leading columns too (processed_at,
+// dead_lettered_at: both NULL in every row the query keeps, so they change
+// nothing): PostgreSQL does not take "is null" as an equality that drops a
+// column from the order, and, asked for user_key, id alone, sorts the whole
+// backlog instead of walking idx_bot_event_outbox_pending. Spelled out, both
+// dialects walk the index and stop at the limit (TestPendingQueryPlan).
 const pendingSQL = `
 	select o.id, o.event_type, o.telegram_id, o.magnet_uid, o.payload, o.created_at, o.attempts
 	from bot_event_outbox o
@@ -328,7 +355,7 @@ const pendingSQL = `
 	    where h.processed_at is null and h.dead_lettered_at is null
 	      and h.user_key = o.user_key and h.id < o.id
 	      and h.next_retry_at > ?)
-	order by o.user_key, o.id
+	order by o.processed_at, o.dead_lettered_at, o.user_key, o.id
 	limit ?`
 
 // Pending returns up to limit due, unprocessed events in the contract's order
@@ -460,10 +487,19 @@ const (
 		select event_type, attempts, magnet_uid, telegram_id from bot_event_outbox
 		where id = ? and processed_at is null and dead_lettered_at is null
 		  and (next_retry_at is null or next_retry_at <= ?)`
+	// The update applies only to the row as the select read it (the same
+	// attempts, still unprocessed, undead and due): on PostgreSQL another ack
+	// may have changed it between the two — processed it, or retried it —
+	// and then this retry changes nothing, where writing the values decided
+	// from the stale read would clear the other's processed_at (the event
+	// handed out again) or count its attempt twice. A READ COMMITTED update
+	// that waited for the other's row lock checks its condition against the
+	// row the other committed.
 	ackRetryUpdateSQL = `
 		update bot_event_outbox
 		set attempts = ?, last_attempt_at = ?, last_error = ?, next_retry_at = ?, processed_at = ?, dead_lettered_at = ?
-		where id = ?`
+		where id = ? and attempts = ? and processed_at is null and dead_lettered_at is null
+		  and (next_retry_at is null or next_retry_at <= ?)`
 )
 
 type deadLetter struct {
@@ -524,20 +560,31 @@ func (o *Outbox) Ack(ctx context.Context, req contract.AckRequest) (contract.Ack
 			switch {
 			case d.DeadLetter:
 				deadAt = store.TS(now)
-				res.DeadLettered++
 			case d.Close:
 				processedAt = store.TS(now)
-				res.Closed++
-			default:
-				res.Retried++
 			}
 			lastErr := sql.NullString{}
 			if reason, ok := reasons[id]; ok {
 				lastErr = sql.NullString{String: reason, Valid: true}
 			}
-			if _, err := tx.ExecContext(ctx, ackRetryUpdateSQL,
-				d.Attempts, store.TS(now), lastErr, store.TS(d.NextRetryAt), processedAt, deadAt, id); err != nil {
+			r, err := tx.ExecContext(ctx, ackRetryUpdateSQL,
+				d.Attempts, store.TS(now), lastErr, store.TS(d.NextRetryAt), processedAt, deadAt,
+				id, attempts, store.TS(now))
+			if err != nil {
 				return fmt.Errorf("ack retry %d: %w", id, err)
+			}
+			if n, err := r.RowsAffected(); err != nil {
+				return fmt.Errorf("ack retry %d: %w", id, err)
+			} else if n == 0 {
+				continue // another ack changed the event first: this one counts for nothing
+			}
+			switch {
+			case d.DeadLetter:
+				res.DeadLettered++
+			case d.Close:
+				res.Closed++
+			default:
+				res.Retried++
 			}
 			if d.DeadLetter {
 				dead = append(dead, deadLetter{id: id, user: contract.UserKey(uidPtr(uid), tgPtr(tg)), lastErr: lastErr.String})
@@ -735,18 +782,22 @@ func (o *Outbox) getEvent(ctx context.Context, q queryRower, id contract.EventID
 func (o *Outbox) Redrive(ctx context.Context, id contract.EventID) (EventRecord, error) {
 	var rec EventRecord
 	err := o.Tx(ctx, func(tx *sql.Tx) error {
-		r, err := o.getEvent(ctx, tx, id)
+		// The update itself tells whether the event is still unprocessed: on
+		// PostgreSQL an ack may process it between a read and this write.
+		r, err := tx.ExecContext(ctx,
+			`update bot_event_outbox set attempts = 0, next_retry_at = null, dead_lettered_at = null
+			 where id = ? and processed_at is null`, id)
 		if err != nil {
-			return err
+			return fmt.Errorf("redrive %d: %w", id, err)
 		}
-		if r.ProcessedAt != nil {
-			return contract.ErrEventProcessed
-		}
-		if _, err := tx.ExecContext(ctx,
-			`update bot_event_outbox set attempts = 0, next_retry_at = null, dead_lettered_at = null where id = ?`, id); err != nil {
+		n, err := r.RowsAffected()
+		if err != nil {
 			return fmt.Errorf("redrive %d: %w", id, err)
 		}
 		rec, err = o.getEvent(ctx, tx, id)
+		if err == nil && n == 0 {
+			return contract.ErrEventProcessed
+		}
 		return err
 	})
 	return rec, err

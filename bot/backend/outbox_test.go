@@ -15,6 +15,7 @@ import (
 	"switchyard/bot/contract"
 	"switchyard/migrations"
 	"switchyard/store"
+	"switchyard/store/storetest"
 	"switchyard/testwait"
 )
 
@@ -23,6 +24,7 @@ func emitMany(t testing.TB, o *Outbox, n int, target Target) []contract.EventID 
 	t.Helper()
 	ids := make([]contract.EventID, 0, n)
 	err := o.Tx(context.Background(), func(tx *sql.Tx) error {
+		ids = ids[:0] // a transaction run again (PostgreSQL) starts over
 		for range n {
 			id, err := o.EmitTx(context.Background(), tx, NewEvent{Type: contract.EventStatusNftActivated, Target: target, Payload: json.RawMessage(`{"level":"lp1"}`)})
 			if err != nil {
@@ -720,16 +722,27 @@ func TestMigrationRunsTwice(t *testing.T) {
 	if n := e.countEvents(t); n != 1 {
 		t.Fatalf("%d events after re-running the migration", n)
 	}
-	var idx int
-	if err := e.db.Read.QueryRow(`select count(*) from sqlite_master where type = 'index' and name = 'idx_bot_event_outbox_processed_id'`).Scan(&idx); err != nil || idx != 1 {
-		t.Fatalf("index idx_bot_event_outbox_processed_id: %d, %v", idx, err)
+	indexes := `select count(*) from sqlite_master where type = 'index' and name = ?`
+	if e.db.Postgres() {
+		indexes = `select count(*) from pg_indexes where schemaname = current_schema() and indexname = ?`
+	}
+	for _, name := range []string{"idx_bot_event_outbox_processed_id", "idx_bot_event_outbox_pending"} {
+		var idx int
+		if err := e.db.Read.QueryRow(indexes, name).Scan(&idx); err != nil || idx != 1 {
+			t.Fatalf("index %s: %d, %v", name, idx, err)
+		}
 	}
 }
 
-// migrationUp is the Up half of the outbox migration, as goose runs it.
+// migrationUp is the Up half of the outbox migration of the test run's
+// backend, as goose runs it.
 func migrationUp(t testing.TB) string {
 	t.Helper()
-	b, err := fs.ReadFile(migrations.FS, "00004_bot_outbox.sql")
+	fsys, name := fs.FS(migrations.FS), "00004_bot_outbox.sql"
+	if storetest.Postgres() {
+		fsys, name = migrations.PostgresFS, "postgres/"+name
+	}
+	b, err := fs.ReadFile(fsys, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -745,6 +758,10 @@ func TestPendingQueryPlan(t *testing.T) {
 	t.Run("the pending query walks an index in its order instead of sorting the backlog", func(t *testing.T) {
 		t.Parallel()
 		e := newBackendEnv(t)
+		if e.db.Postgres() {
+			pendingPlanPostgres(t, e)
+			return
+		}
 		rows, err := e.db.Read.Query(`explain query plan `+pendingSQL, store.TS(e.clock.Now()), store.TS(e.clock.Now()), 100)
 		if err != nil {
 			t.Fatal(err)
@@ -764,4 +781,58 @@ func TestPendingQueryPlan(t *testing.T) {
 			t.Fatalf("plan: %s", joined)
 		}
 	})
+}
+
+// pendingPlanPostgres checks the pending query's plan on PostgreSQL: over a
+// backlog like production's (20,000 events of 500 users, the last 2,000
+// unprocessed, the table analyzed) the planner walks
+// idx_bot_event_outbox_pending for the outer rows and never sorts.
+func pendingPlanPostgres(t *testing.T, e *backendEnv) {
+	t.Helper()
+	created := store.TS(e.clock.Now().Add(-time.Hour))
+	if _, err := e.db.Write.Exec(`
+		insert into bot_event_outbox (event_type, magnet_uid, created_at, attempts, user_key, processed_at)
+		select 'registered', g % 500, ?, 0, 'uid:' || lpad(cast(g % 500 as text), 20, '0'),
+		       case when g <= 18000 then ? end
+		from generate_series(1, 20000) as g`, created, created); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Write.Exec(`analyze bot_event_outbox`); err != nil {
+		t.Fatal(err)
+	}
+	now := store.TS(e.clock.Now())
+	var doc string
+	if err := e.db.Read.QueryRow(`explain (format json) `+pendingSQL, now, now, 100).Scan(&doc); err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct{ Plan planNode }
+	if err := json.Unmarshal([]byte(doc), &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("plan %s: %v", doc, err)
+	}
+	var outerByIndex bool
+	var sorts []string
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		if n.IndexName == "idx_bot_event_outbox_pending" && n.Alias == "o" {
+			outerByIndex = true
+		}
+		if strings.Contains(n.NodeType, "Sort") {
+			sorts = append(sorts, n.NodeType)
+		}
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(plan[0].Plan)
+	if !outerByIndex || len(sorts) > 0 {
+		t.Fatalf("the pending query: outer rows from idx_bot_event_outbox_pending %v, sorts %v; plan %s", outerByIndex, sorts, doc)
+	}
+}
+
+// planNode is a node of EXPLAIN (FORMAT JSON)'s plan.
+type planNode struct {
+	NodeType  string     `json:"Node Type"`
+	IndexName string     `json:"Index Name"`
+	Alias     string     `json:"Alias"`
+	Plans     []planNode `json:"Plans"`
 }

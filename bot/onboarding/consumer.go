@@ -132,6 +132,11 @@ type batchResult struct {
 //
 // Once a page is in hand it is finished — handled, committed and acked —
 // even if ctx is cancelled meanwhile (bounded by workContext).
+//
+// The batch's transaction function may run more than once (PostgreSQL runs
+// a transaction again after a serialization failure or a deadlock): it
+// starts from a fresh batchResult each time, and what it does outside the
+// database — counting, logging, the ack — happens after the commit.
 func (o *Bot) processOnce(ctx context.Context, wait time.Duration) (int, error) {
 	events, err := o.backend.Pending(ctx, BATCH_LIMIT, wait)
 	if err != nil {
@@ -170,6 +175,7 @@ func (o *Bot) processOnce(ctx context.Context, wait time.Duration) (int, error) 
 	if err != nil {
 		return len(events), fmt.Errorf("handle a batch of %d events: %w", len(events), err)
 	}
+	o.handled.Add(int64(len(res.results)))
 	o.afterBatch(wctx, events, res)
 	if o.afterCommit != nil {
 		o.afterCommit(res.processed, res.retry)
@@ -189,12 +195,17 @@ func (o *Bot) processOnce(ctx context.Context, wait time.Duration) (int, error) 
 // tryHandle marks and handles one event inside its own savepoint of tx. fresh
 // reports that the handler ran (false: the ledger had the event already);
 // herr is the handler's failure, whose writes were rolled back; err means the
-// transaction can not go on.
+// transaction can not go on. A serialization failure or deadlock
+// (PostgreSQL) is no failure of the event: it ends the transaction, which
+// Tx runs again, rather than cost the event an attempt and its backoff.
 func (o *Bot) tryHandle(ctx context.Context, tx *sql.Tx, ev contract.Event, now time.Time) (r eventResult, fresh bool, herr, err error) {
 	if _, err := tx.ExecContext(ctx, `savepoint bot_event`); err != nil {
 		return eventResult{}, false, nil, fmt.Errorf("savepoint: %w", err)
 	}
 	rollback := func(cause error) (eventResult, bool, error, error) {
+		if store.IsRetryable(cause) {
+			return eventResult{}, false, nil, fmt.Errorf("event %d: %w", ev.ID, cause)
+		}
 		if _, err := tx.ExecContext(ctx, `rollback to bot_event`); err != nil {
 			return eventResult{}, false, nil, fmt.Errorf("roll back event %d after %v: %w", ev.ID, cause, err)
 		}
@@ -217,7 +228,6 @@ func (o *Bot) tryHandle(ctx context.Context, tx *sql.Tx, ev contract.Event, now 
 		if err != nil {
 			return rollback(err)
 		}
-		o.handled.Add(1)
 		if r.Outcome != outcomeHandled {
 			if _, err := tx.ExecContext(ctx, `update bot_processed_events set outcome = ? where outbox_event_id = ?`,
 				r.Outcome, int64(ev.ID)); err != nil {

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -389,10 +390,10 @@ func TestConsumerStoppedMidBatch(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		var once sync.Once
+		var begun atomic.Int64
 		b.beforeHandle = func(ev contract.Event) error {
-			if b.handled.Load() == 10 {
-				once.Do(cancel) // the process is told to stop in the middle of the page
+			if begun.Add(1) == 11 {
+				cancel() // the process is told to stop in the middle of the page
 			}
 			return nil
 		}

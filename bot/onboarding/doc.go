@@ -32,7 +32,13 @@
 //   - Per-user order: a user's events are handled in id order. A handler error
 //     rolls back that event alone, asks the backend to retry it and stops the
 //     user's group while other users go on; the backend holds the user's later
-//     events until the retried one is handled, closed or dead-lettered.
+//     events until the retried one is handled, closed or dead-lettered. A
+//     serialization failure or deadlock (PostgreSQL) is no handler error: the
+//     whole batch runs again.
+//   - A funnel's stage only grows, also when the consumer and the updates
+//     worker change it at once (on PostgreSQL their transactions run side by
+//     side): each reads the row locked and applies its change to what the
+//     other committed.
 //   - One consumer at a time across processes (the lease onboarding:outbox),
 //     and a stopped consumer finishes and acks the page it holds; a page whose
 //     ack was lost comes back and is acked from the ledger.

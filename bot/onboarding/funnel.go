@@ -238,9 +238,25 @@ func scanFunnel(s scanner) (Funnel, error) {
 // ErrFunnelNotFound is a Telegram user the bot has no funnel for.
 const ErrFunnelNotFound = Error("funnel not found")
 
-// loadFunnel reads tg's funnel with q (a transaction or the read pool).
-func loadFunnel(ctx context.Context, q queryRower, tg contract.TelegramID) (Funnel, error) {
-	f, err := scanFunnel(q.QueryRowContext(ctx, `select `+funnelColumns+` from bot_funnel where telegram_id = ?`, string(tg)))
+// forUpdate ends a select of a funnel row that the transaction goes on to
+// decide from and change. The outbox consumer and the updates worker change
+// one user's funnel from transactions of their own, which on PostgreSQL run
+// side by side: there it locks the row to the commit, so that the second
+// waits and reads what the first wrote (READ COMMITTED) instead of writing
+// back a change decided from the row as it was — the stage moving back, a
+// binding undone. SQLite's single writer runs one write transaction at a
+// time already, and has no such clause.
+func (o *Bot) forUpdate() string {
+	if o.db.Postgres() {
+		return ` for no key update` // the lock the update takes; nothing references the row
+	}
+	return ``
+}
+
+// loadFunnel reads tg's funnel with q (a transaction or the read pool); lock
+// is "" or, inside a transaction that changes the row, forUpdate's clause.
+func loadFunnel(ctx context.Context, q queryRower, tg contract.TelegramID, lock string) (Funnel, error) {
+	f, err := scanFunnel(q.QueryRowContext(ctx, `select `+funnelColumns+` from bot_funnel where telegram_id = ?`+lock, string(tg)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Funnel{}, ErrFunnelNotFound
 	}
@@ -250,10 +266,11 @@ func loadFunnel(ctx context.Context, q queryRower, tg contract.TelegramID) (Funn
 	return f, nil
 }
 
-// funnelByUID finds the funnel of the Telegram user last linked to uid.
-func funnelByUID(ctx context.Context, q queryRower, uid contract.UID) (Funnel, error) {
+// funnelByUID finds the funnel of the Telegram user last linked to uid; lock
+// is as loadFunnel's.
+func funnelByUID(ctx context.Context, q queryRower, uid contract.UID, lock string) (Funnel, error) {
 	f, err := scanFunnel(q.QueryRowContext(ctx,
-		`select `+funnelColumns+` from bot_funnel where uid = ? order by updated_at desc limit 1`, int64(uid)))
+		`select `+funnelColumns+` from bot_funnel where uid = ? order by updated_at desc limit 1`+lock, int64(uid)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Funnel{}, ErrFunnelNotFound
 	}
@@ -275,12 +292,14 @@ const (
 
 // applyFunnel applies ch to tg's funnel inside tx (creating the row on first
 // sight) and records each change with its cause. It returns the row before
-// and after, and whether anything changed.
-func applyFunnel(ctx context.Context, tx *sql.Tx, now time.Time, tg contract.TelegramID, cause string, ch funnelChange) (before, after Funnel, changed bool, err error) {
+// and after, and whether anything changed. The row is read locked
+// (forUpdate), so the change applies to the row as the last committed
+// change left it.
+func (o *Bot) applyFunnel(ctx context.Context, tx *sql.Tx, now time.Time, tg contract.TelegramID, cause string, ch funnelChange) (before, after Funnel, changed bool, err error) {
 	if _, err := tx.ExecContext(ctx, funnelInsertSQL, string(tg), store.TS(now), store.TS(now)); err != nil {
 		return Funnel{}, Funnel{}, false, fmt.Errorf("create funnel: %w", err)
 	}
-	before, err = loadFunnel(ctx, tx, tg)
+	before, err = loadFunnel(ctx, tx, tg, o.forUpdate())
 	if err != nil {
 		return Funnel{}, Funnel{}, false, err
 	}
@@ -344,7 +363,7 @@ func (o *Bot) ListFunnels(ctx context.Context, f FunnelFilter) ([]Funnel, error)
 
 // GetFunnel reads one Telegram user's funnel and its history, oldest change first.
 func (o *Bot) GetFunnel(ctx context.Context, tg contract.TelegramID) (Funnel, []FunnelChange, error) {
-	f, err := loadFunnel(ctx, o.db.Read, tg)
+	f, err := loadFunnel(ctx, o.db.Read, tg, "")
 	if err != nil {
 		return Funnel{}, nil, err
 	}

@@ -142,7 +142,9 @@ type eventResult struct {
 
 // handleEvent applies ev inside tx: it finds the Telegram user the event
 // concerns (its Telegram id, else the funnel linked to its uid), plans, and
-// applies the funnel change and the outgoing calls.
+// applies the funnel change and the outgoing calls. The funnel the plan is
+// made from is read locked (forUpdate): the updates worker's change to it
+// waits for this transaction, or this one reads what that one committed.
 func (o *Bot) handleEvent(ctx context.Context, tx *sql.Tx, ev contract.Event, now time.Time) (eventResult, error) {
 	var (
 		tg contract.TelegramID
@@ -151,14 +153,14 @@ func (o *Bot) handleEvent(ctx context.Context, tx *sql.Tx, ev contract.Event, no
 	switch {
 	case ev.TelegramID != nil:
 		tg = *ev.TelegramID
-		fu, err := loadFunnel(ctx, tx, tg)
+		fu, err := loadFunnel(ctx, tx, tg, o.forUpdate())
 		if err == nil {
 			f = &fu
 		} else if !errors.Is(err, ErrFunnelNotFound) {
 			return eventResult{}, err
 		}
 	case ev.MagnetUID != nil:
-		fu, err := funnelByUID(ctx, tx, *ev.MagnetUID)
+		fu, err := funnelByUID(ctx, tx, *ev.MagnetUID, o.forUpdate())
 		if err == nil {
 			f, tg = &fu, fu.TelegramID
 		} else if !errors.Is(err, ErrFunnelNotFound) {
@@ -173,7 +175,7 @@ func (o *Bot) handleEvent(ctx context.Context, tx *sql.Tx, ev contract.Event, no
 	cause := "event:" + strconv.FormatInt(int64(ev.ID), 10)
 	changed := false
 	if plan.Change != nil {
-		before, after, fchanged, err := applyFunnel(ctx, tx, now, plan.FunnelUser, cause, *plan.Change)
+		before, after, fchanged, err := o.applyFunnel(ctx, tx, now, plan.FunnelUser, cause, *plan.Change)
 		if err != nil {
 			return eventResult{}, err
 		}

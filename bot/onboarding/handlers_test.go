@@ -267,7 +267,7 @@ func TestHandlersIdempotentByData(t *testing.T) {
 		ctx := context.Background()
 		err := e.db.Tx(ctx, func(tx *sql.Tx) error {
 			five := contract.UID(5)
-			if _, _, _, err := applyFunnel(ctx, tx, e.db.Now(), "6001", "test", funnelChange{Stage: StageAccountLinked, UID: &five}); err != nil {
+			if _, _, _, err := b.applyFunnel(ctx, tx, e.db.Now(), "6001", "test", funnelChange{Stage: StageAccountLinked, UID: &five}); err != nil {
 				return err
 			}
 			r, err := b.handleEvent(ctx, tx, rawEvent(1, contract.EventStatusNftActivated, 5, "", nil), e.db.Now())

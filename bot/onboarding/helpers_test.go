@@ -20,6 +20,7 @@ func emitMany(t testing.TB, o *backend.Outbox, n int, target backend.Target) []c
 	t.Helper()
 	ids := make([]contract.EventID, 0, n)
 	err := o.Tx(context.Background(), func(tx *sql.Tx) error {
+		ids = ids[:0] // a transaction run again (PostgreSQL) starts over
 		for range n {
 			id, err := o.EmitTx(context.Background(), tx, backend.NewEvent{Type: contract.EventStatusNftActivated, Target: target, Payload: json.RawMessage(`{"level":"lp1"}`)})
 			if err != nil {

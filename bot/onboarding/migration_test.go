@@ -3,8 +3,8 @@ package onboarding
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +12,7 @@ import (
 	"github.com/mymmrac/telego"
 
 	"switchyard/store"
+	"switchyard/store/storetest"
 )
 
 // Migration 00011 carries the records of bot_outgoing, the bot's own
@@ -22,7 +23,7 @@ func TestMigrationCarriesOutgoingIntoTheQueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newOnbEnv(t)
-	db, err := store.Open(ctx, store.Options{Path: filepath.Join(t.TempDir(), "v10.db")})
+	db, err := store.Open(ctx, store.Options{Path: storetest.Source(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +49,8 @@ func TestMigrationCarriesOutgoingIntoTheQueue(t *testing.T) {
 	err = db.Tx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.Exec(`insert into bot_outgoing (dedup_key, method, chat_id, order_key, params, fallback, status, phase,
 			attempts, next_attempt_at, created_at, updated_at)
-			values ('event:7:new_partner', 'sendMessage', '', ?, json_object('text', 'unused'), ?, 'pending', 'fallback', 0, ?, ?, ?)`,
-			fmt.Sprintf("uid:%d", webOnly.UID), fmt.Sprintf(`{"uid":%d,"kind":"new_partner","text":"web only for Вера"}`, webOnly.UID),
+			values ('event:7:new_partner', 'sendMessage', '', ?, ?, ?, 'pending', 'fallback', 0, ?, ?, ?)`,
+			fmt.Sprintf("uid:%d", webOnly.UID), textParams("unused"), fmt.Sprintf(`{"uid":%d,"kind":"new_partner","text":"web only for Вера"}`, webOnly.UID),
 			past, past, past); err != nil {
 			return err
 		}
@@ -66,8 +67,8 @@ func TestMigrationCarriesOutgoingIntoTheQueue(t *testing.T) {
 			}
 			if _, err := tx.Exec(`insert into bot_outgoing (dedup_key, method, chat_id, order_key, params, fallback, status, phase,
 				attempts, next_attempt_at, last_error, created_at, updated_at, done_at)
-				values (?, 'sendMessage', ?, ?, json_object('text', ?), ?, ?, 'telegram', ?, ?, ?, ?, ?, ?)`,
-				r.key, r.chat, "chat:"+r.chat, r.text, fallback, r.status, r.attempts, past, lastErr, past, past, done); err != nil {
+				values (?, 'sendMessage', ?, ?, ?, ?, ?, 'telegram', ?, ?, ?, ?, ?, ?)`,
+				r.key, r.chat, "chat:"+r.chat, textParams(r.text), fallback, r.status, r.attempts, past, lastErr, past, past, done); err != nil {
 				return err
 			}
 		}
@@ -88,7 +89,11 @@ func TestMigrationCarriesOutgoingIntoTheQueue(t *testing.T) {
 		}
 		return n
 	}
-	if n := count(`select count(*) from sqlite_master where name = 'bot_outgoing'`); n != 0 {
+	tables := `select count(*) from sqlite_master where name = 'bot_outgoing'`
+	if db.Postgres() {
+		tables = `select count(*) from pg_tables where schemaname = current_schema() and tablename = 'bot_outgoing'`
+	}
+	if n := count(tables); n != 0 {
 		t.Fatal("bot_outgoing is still there")
 	}
 	b := e.newBot(db)
@@ -153,4 +158,13 @@ func TestMigrationCarriesOutgoingIntoTheQueue(t *testing.T) {
 	if st := dmQueueOn(t, db); st.Dead != 1 {
 		t.Fatalf("onboarding.dm dead letters %d, want the one carried over", st.Dead)
 	}
+}
+
+// textParams is a bot_outgoing params value of version 10: the call's text.
+func textParams(text string) string {
+	b, err := json.Marshal(map[string]string{"text": text})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }

@@ -198,7 +198,8 @@ type Bot struct {
 	usernameMu sync.Mutex
 	username   string
 
-	// handled counts handler runs of this instance (tests compare instances).
+	// handled counts the handler runs of this instance whose batch committed
+	// (tests compare instances).
 	handled atomic.Int64
 	// beforeHandle, when set (tests only), runs before an event's handler
 	// inside its transaction; an error fails the event like a handler error.

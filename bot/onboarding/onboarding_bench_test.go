@@ -116,6 +116,7 @@ func (bo *benchOnboarding) emit(b *testing.B, from, to int) []contract.EventID {
 	ctx := context.Background()
 	ids := make([]contract.EventID, 0, to-from)
 	err := bo.be.Outbox().Tx(ctx, func(tx *sql.Tx) error {
+		ids = ids[:0] // a transaction run again (PostgreSQL) starts over
 		for n := from; n < to; n++ {
 			id, err := bo.be.Outbox().EmitTx(ctx, tx, benchEvent(n))
 			if err != nil {

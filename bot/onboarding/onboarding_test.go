@@ -231,7 +231,7 @@ func (e *onbEnv) waitMessage(id int64, text string) fakebot.MessageView {
 
 func (e *onbEnv) funnel(tg contract.TelegramID) Funnel {
 	e.t.Helper()
-	f, err := loadFunnel(context.Background(), e.db.Read, tg)
+	f, err := loadFunnel(context.Background(), e.db.Read, tg, "")
 	if err != nil && !errors.Is(err, ErrFunnelNotFound) {
 		e.t.Fatal(err)
 	}

@@ -192,7 +192,7 @@ func (o *Bot) onCallback(ctx context.Context, cq telego.CallbackQuery) (updatePl
 		plan.Replies = []outgoingMessage{answer(""), reply(chat, "reply", introText,
 			[]button{{Text: "Зарегистрироваться", Data: cbSignup}})}
 	case data == cbSignup:
-		f, err := loadFunnel(ctx, o.db.Read, tg)
+		f, err := loadFunnel(ctx, o.db.Read, tg, "")
 		if err != nil && !errors.Is(err, ErrFunnelNotFound) {
 			return updatePlan{}, err
 		}
@@ -281,7 +281,7 @@ func (o *Bot) console(ctx context.Context, tg contract.TelegramID) (updatePlan, 
 	if !st.IsRegistrationConfirmed {
 		return updatePlan{Change: change, Replies: []outgoingMessage{reply(tg, "reply", consoleUnconfirmedText)}}, nil
 	}
-	f, err := loadFunnel(ctx, o.db.Read, tg)
+	f, err := loadFunnel(ctx, o.db.Read, tg, "")
 	if err != nil && !errors.Is(err, ErrFunnelNotFound) {
 		return updatePlan{}, err
 	}

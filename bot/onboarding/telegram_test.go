@@ -178,18 +178,36 @@ func TestWebhook(t *testing.T) {
 	})
 }
 
-// failStores makes every insert into bot_updates fail, as a broken disk would.
+// failStores makes every insert into bot_updates fail, as a broken disk
+// would: a trigger that raises, in each dialect's own trigger language.
 func failStores(t *testing.T, e *onbEnv) {
 	t.Helper()
-	if _, err := e.db.Write.Exec(`create trigger test_fail_store before insert on bot_updates
-		begin select raise(abort, 'injected store failure'); end`); err != nil {
-		t.Fatal(err)
+	create := []string{`create trigger test_fail_store before insert on bot_updates
+		begin select raise(abort, 'injected store failure'); end`}
+	if e.db.Postgres() {
+		create = []string{
+			`create function test_fail_store() returns trigger language plpgsql as $$
+			begin
+				raise exception 'injected store failure';
+			end $$`,
+			`create trigger test_fail_store before insert on bot_updates
+				for each row execute function test_fail_store()`,
+		}
+	}
+	for _, q := range create {
+		if _, err := e.db.Write.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
 func allowStores(t *testing.T, e *onbEnv) {
 	t.Helper()
-	if _, err := e.db.Write.Exec(`drop trigger test_fail_store`); err != nil {
+	drop := `drop trigger test_fail_store`
+	if e.db.Postgres() {
+		drop = `drop trigger test_fail_store on bot_updates`
+	}
+	if _, err := e.db.Write.Exec(drop); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -486,7 +486,7 @@ func (o *Bot) handleStoredUpdate(ctx context.Context, su storedUpdate) {
 				}
 			}
 			if plan.Change != nil {
-				if _, _, _, err := applyFunnel(wctx, tx, now, plan.User, cause, *plan.Change); err != nil {
+				if _, _, _, err := o.applyFunnel(wctx, tx, now, plan.User, cause, *plan.Change); err != nil {
 					return err
 				}
 			}
