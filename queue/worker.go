@@ -275,14 +275,34 @@ func (w *Worker) call(m Message) (err error) {
 	return w.opts.Handler(w.hctx, m)
 }
 
-const receiveQuery = `
+// receiveQuery takes the visible messages it returns in one statement. On
+// PostgreSQL, where receives run concurrently, its inner select locks the
+// rows it picks and skips those another receive has locked (receiveQueryPG):
+// without that, two receives read the same rows from their snapshots and both
+// deliver them. SQLite, whose single writer runs one receive at a time,
+// parses no FOR UPDATE.
+const (
+	receiveQuery = receiveHead + `)` + receiveTail
+	receiveHead  = `
 	update goqite set timeout = ?, received = received + 1
 	where id in (
 		select id from goqite
 		where queue = ? and timeout <= ? and received < ?
 		order by priority desc, created
-		limit ?)
+		limit ?`
+	receiveTail = `
 	returning id, body, received, created, priority`
+	receiveQueryPG = receiveHead + `
+		for update skip locked)` + receiveTail
+)
+
+// receiveSQL is receiveQuery in db's dialect.
+func receiveSQL(db *store.DB) string {
+	if db.Postgres() {
+		return receiveQueryPG
+	}
+	return receiveQuery
+}
 
 // receive takes up to n visible messages in one transaction.
 func (w *Worker) receive(n int) ([]Message, error) {
@@ -293,7 +313,7 @@ func (w *Worker) receive(n int) ([]Message, error) {
 		msgs = msgs[:0]
 		now := q.db.Now()
 		sw := newWriter(ctx, tx, q.db)
-		rows, err := sw.query(receiveQuery, gqTime(now.Add(q.timeout)), q.name, gqTime(now), q.retry.MaxAttempts, n)
+		rows, err := sw.query(receiveSQL(q.db), gqTime(now.Add(q.timeout)), q.name, gqTime(now), q.retry.MaxAttempts, n)
 		if err != nil {
 			return err
 		}
