@@ -593,6 +593,15 @@ func (a *Admin) redriveSome(ctx context.Context, f DeadFilter) (int, error) {
 			return err
 		}
 		now := a.db.Now()
+		if f.Group == "" {
+			keys := make([]string, len(dead))
+			for i, d := range dead {
+				keys[i] = d.OrderKey
+			}
+			if err := lockOrderKeys(newWriter(ctx, tx, a.db), f.Queue, keys...); err != nil {
+				return err
+			}
+		}
 		for _, d := range dead {
 			if _, err := tx.ExecContext(ctx, `delete from queue_dead where id = ?`, d.ID); err != nil {
 				return err
@@ -685,6 +694,12 @@ func (a *Admin) PurgeDead(ctx context.Context, f DeadFilter) (int, error) {
 func (a *Admin) Purge(ctx context.Context, queue string) (int, error) {
 	var n int64
 	err := a.db.Tx(ctx, func(tx *sql.Tx) error {
+		// No send, acknowledgement or redrive of an order key runs meanwhile:
+		// one that read the key's slots before they go would park a message
+		// behind a slot that is no longer there.
+		if err := lockQueue(newWriter(ctx, tx, a.db), queue); err != nil {
+			return err
+		}
 		var err error
 		if n, err = affected(tx.ExecContext(ctx, `delete from goqite where queue in (?, ?)`, queue, heldQueue(queue))); err != nil {
 			return err

@@ -69,3 +69,92 @@ func TestConcurrentReceivers(t *testing.T) {
 		}
 	})
 }
+
+func TestConcurrentOrderKey(t *testing.T) {
+	t.Parallel()
+
+	t.Run("eight senders starting one order key at once leave exactly one of its messages visible", func(t *testing.T) {
+		t.Parallel()
+		const (
+			senders = 8
+			keys    = 100
+		)
+		db := storetest.New(t)
+		q := queue.New(queue.NewOpts{DB: db, Name: "q"})
+		var wg sync.WaitGroup
+		for s := range senders {
+			wg.Go(func() {
+				for k := range keys {
+					if _, err := q.Send(context.Background(), queue.Message{Body: fmt.Appendf(nil, "%d", s), OrderKey: fmt.Sprint(k)}); err != nil {
+						t.Errorf("send %d to key %d: %v", s, k, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		// The first message of a key is its head, visible; every later one
+		// is held behind it.
+		if n := count(t, db, `select count(*) from goqite where queue = 'q'`); n != keys {
+			t.Errorf("%d messages visible, want %d: one head for each of the %d keys", n, keys, keys)
+		}
+		if n := count(t, db, `select count(*) from queue_order where parked = 0`); n != keys {
+			t.Errorf("%d order slots unparked, want %d", n, keys)
+		}
+	})
+
+	t.Run("a send racing the acknowledgement of its key's last message is never stranded behind it", func(t *testing.T) {
+		t.Parallel()
+		const (
+			keys   = 20
+			rounds = 30
+		)
+		db := storetest.New(t)
+		q := queue.New(queue.NewOpts{DB: db, Name: "q"})
+		handled := make([]chan int, keys)
+		for k := range handled {
+			handled[k] = make(chan int, rounds)
+		}
+		for range 2 {
+			start(t, q, queue.WorkerOpts{Concurrency: 8, PollInterval: time.Hour, Handler: func(ctx context.Context, m queue.Message) error {
+				var k, r int
+				if _, err := fmt.Sscanf(string(m.Body), "%d %d", &k, &r); err != nil {
+					return queue.Permanent(err)
+				}
+				handled[k] <- r
+				return nil
+			}})
+		}
+		// Each key's sender sends its next message the moment the handler
+		// has the previous one, so the send runs while that message, the
+		// key's last, is being acknowledged. The workers poll once an hour:
+		// a message held behind a head that was acknowledged without
+		// releasing it stays held for good.
+		var wg sync.WaitGroup
+		for k := range keys {
+			wg.Go(func() {
+				for r := range rounds {
+					if _, err := q.Send(context.Background(), queue.Message{Body: fmt.Appendf(nil, "%d %d", k, r), OrderKey: fmt.Sprint(k)}); err != nil {
+						t.Errorf("send %d to key %d: %v", r, k, err)
+						return
+					}
+					select {
+					case got := <-handled[k]:
+						if got != r {
+							t.Errorf("key %d: handled message %d, want %d", k, got, r)
+							return
+						}
+					case <-time.After(10 * time.Second * testwait.Slack):
+						t.Errorf("key %d: message %d not handled (%d messages held)", k, r,
+							count(t, db, `select count(*) from goqite where queue = 'q~held'`))
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		testwait.Until(t, 10*time.Second, "every message acknowledged", func() bool {
+			return liveMessages(t, db, "q") == 0
+		})
+	})
+}

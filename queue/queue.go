@@ -196,6 +196,9 @@ func (q *Queue) send(ctx context.Context, tx *sql.Tx, m Message) (SendResult, er
 	}
 	visible, queue := gqTime(now.Add(m.Delay)), q.name
 	if m.OrderKey != "" {
+		if err := lockOrderKeys(w, q.name, m.OrderKey); err != nil {
+			return SendResult{}, err
+		}
 		var parked bool
 		if err := w.queryRow(insertOrderQuery, q.name, m.OrderKey, string(id), q.name, m.OrderKey, visible).Scan(&parked); err != nil {
 			return SendResult{}, fmt.Errorf("queue %s: record order: %w", q.name, err)
@@ -220,7 +223,11 @@ func (q *Queue) send(ctx context.Context, tx *sql.Tx, m Message) (SendResult, er
 // purged, or delivered again after its timeout expired; the handler should
 // then return that error so its transaction rolls back.
 func (q *Queue) AckTx(ctx context.Context, tx *sql.Tx, m Message) error {
-	ok, err := finishMessage(newWriter(ctx, tx, q.db), q.name, m.ID, m.Attempt, m.OrderKey, q.db.Now())
+	w := newWriter(ctx, tx, q.db)
+	if err := lockOrderKeys(w, q.name, m.OrderKey); err != nil {
+		return err
+	}
+	ok, err := finishMessage(w, q.name, m.ID, m.Attempt, m.OrderKey, q.db.Now())
 	if err != nil {
 		return err
 	}
@@ -244,7 +251,8 @@ const (
 // finishMessage removes delivery attempt of message id (fenced by the
 // attempt, so a stale delivery cannot remove a newer one), its retry state
 // and its order slot, releasing the next message of its order key. It
-// reports whether the delivery was still current.
+// reports whether the delivery was still current. The caller holds the
+// order key's lock (lockOrderKeys).
 func finishMessage(w writer, queue string, id ID, attempt int, orderKey string, now time.Time) (bool, error) {
 	res, err := w.exec(deleteDeliveredQuery, queue, string(id), attempt)
 	if err != nil {
@@ -311,6 +319,7 @@ const (
 
 // deadLetterMessage moves delivery attempt of message id to the dead-letter
 // queue with its last error. It reports whether the delivery was current.
+// The caller holds the order key's lock (lockOrderKeys).
 func deadLetterMessage(w writer, queue string, id ID, attempt int, orderKey, lastErr string, now time.Time) (bool, error) {
 	var (
 		body     []byte

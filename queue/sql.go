@@ -124,6 +124,9 @@ func hotQueries(db *store.DB) []string {
 		deleteRecordRetryQuery, advanceQuery, insertDoneQuery, insertRecordRetryQuery, updateRecordRetryQuery,
 		firstFailedRecordQuery, committedQuery, doneAboveQuery, setCommittedQuery, deleteDoneBelowQuery,
 	}
+	if db.Postgres() {
+		queries = append(queries, lockKeyQuery, lockSharedQuery)
+	}
 	return queries
 }
 
@@ -133,10 +136,11 @@ type writer struct {
 	ctx   context.Context
 	tx    *sql.Tx
 	stmts *stmtCache
+	pg    bool // the database is PostgreSQL, whose transactions run concurrently
 }
 
 func newWriter(ctx context.Context, tx *sql.Tx, db *store.DB) writer {
-	return writer{ctx: ctx, tx: tx, stmts: &hubFor(db).stmts}
+	return writer{ctx: ctx, tx: tx, stmts: &hubFor(db).stmts, pg: db.Postgres()}
 }
 
 func (w writer) exec(query string, args ...any) (sql.Result, error) {

@@ -416,9 +416,18 @@ func (w *Worker) commit(batch []result) {
 	ctx := context.WithoutCancel(w.hctx)
 	outcomes := make([]outcome, len(batch))
 	dues := make([]time.Time, len(batch))
+	keys := make([]string, len(batch))
+	for i, r := range batch {
+		keys[i] = r.m.OrderKey
+	}
 	err := q.db.Tx(ctx, func(tx *sql.Tx) error {
 		now := q.db.Now()
 		sw := newWriter(ctx, tx, q.db)
+		// Every order key of the batch at once, so that two batches never
+		// wait for each other's keys.
+		if err := lockOrderKeys(sw, q.name, keys...); err != nil {
+			return err
+		}
 		for i, r := range batch {
 			outcomes[i] = outcomeStale
 			if r.err == nil {
@@ -569,13 +578,23 @@ func (w *Worker) sweepExhausted() {
 			return err
 		}
 		sw := newWriter(ctx, tx, q.db)
-		for _, s := range found {
-			msg := []Message{{ID: s.id}}
-			if err := orderKeysOf(sw, msg); err != nil {
-				return err
-			}
+		msgs := make([]Message, len(found))
+		keys := make([]string, len(found))
+		for i, s := range found {
+			msgs[i].ID = s.id
+		}
+		if err := orderKeysOf(sw, msgs); err != nil {
+			return err
+		}
+		for i, m := range msgs {
+			keys[i] = m.OrderKey
+		}
+		if err := lockOrderKeys(sw, q.name, keys...); err != nil {
+			return err
+		}
+		for i, s := range found {
 			text := fmt.Sprintf("delivered %d times without a result: the handler outlived the %s timeout or its process stopped", s.received, q.timeout)
-			ok, err := deadLetterMessage(sw, q.name, s.id, s.received, msg[0].OrderKey, text, now)
+			ok, err := deadLetterMessage(sw, q.name, s.id, s.received, msgs[i].OrderKey, text, now)
 			if err != nil {
 				return err
 			}
