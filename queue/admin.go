@@ -603,8 +603,15 @@ func (a *Admin) redriveSome(ctx context.Context, f DeadFilter) (int, error) {
 			}
 		}
 		for _, d := range dead {
-			if _, err := tx.ExecContext(ctx, `delete from queue_dead where id = ?`, d.ID); err != nil {
+			// The listing is a snapshot: a concurrent redrive or purge may
+			// have taken the dead letter since. Only the transaction whose
+			// delete removed it moves it.
+			gone, err := affected(tx.ExecContext(ctx, `delete from queue_dead where id = ?`, d.ID))
+			if err != nil {
 				return err
+			}
+			if gone == 0 {
+				continue
 			}
 			if d.Group == "" {
 				err = redriveMessage(ctx, tx, d, now)

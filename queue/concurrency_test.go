@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -156,5 +157,69 @@ func TestConcurrentOrderKey(t *testing.T) {
 		testwait.Until(t, 10*time.Second, "every message acknowledged", func() bool {
 			return liveMessages(t, db, "q") == 0
 		})
+	})
+}
+
+func TestConcurrentRedrive(t *testing.T) {
+	t.Parallel()
+
+	t.Run("concurrent redrives and a purge of one dead-letter queue move each dead letter once", func(t *testing.T) {
+		t.Parallel()
+		const messages = 300
+		db := storetest.New(t)
+		q := queue.New(queue.NewOpts{DB: db, Name: "q"})
+		admin := queue.NewAdmin(queue.AdminOpts{DB: db})
+		for i := range messages {
+			if _, err := q.Send(t.Context(), queue.Message{Body: fmt.Appendf(nil, "%d", i), OrderKey: fmt.Sprint(i % 7)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w := q.Start(t.Context(), queue.WorkerOpts{Handler: func(context.Context, queue.Message) error {
+			return queue.Permanent(errors.New("bad"))
+		}})
+		testwait.Until(t, 30*time.Second, "every message dead", func() bool {
+			return count(t, db, `select count(*) from queue_dead where queue = 'q'`) == messages
+		})
+		if err := w.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+
+		var (
+			wg      sync.WaitGroup
+			moved   [4]int
+			errs    [5]error
+			purged  int
+			begin   = make(chan struct{})
+			options = queue.DeadFilter{Queue: "q"}
+		)
+		for i := range moved {
+			wg.Go(func() {
+				<-begin
+				moved[i], errs[i] = admin.Redrive(t.Context(), options)
+			})
+		}
+		wg.Go(func() {
+			<-begin
+			purged, errs[4] = admin.PurgeDead(t.Context(), options)
+		})
+		close(begin)
+		wg.Wait()
+		total := purged
+		for i := range moved {
+			total += moved[i]
+		}
+		for _, err := range errs {
+			if err != nil {
+				t.Errorf("redrive or purge failed: %v", err)
+			}
+		}
+		live := liveMessages(t, db, "q")
+		if total != messages || live != total-purged {
+			t.Errorf("redriven %v and purged %d of %d dead letters, %d live: want each dead letter redriven or purged once, and the redriven ones live",
+				moved, purged, messages, live)
+		}
+		if n := count(t, db, `select count(*) from queue_dead where queue = 'q'`); n != 0 {
+			t.Errorf("%d dead letters left", n)
+		}
 	})
 }
