@@ -127,22 +127,24 @@ func (q *Queue) Send(ctx context.Context, m Message) (SendResult, error) {
 	if err != nil {
 		return SendResult{}, err
 	}
-	q.sent(res)
 	return res, nil
 }
 
 // SendTx sends m inside the caller's transaction: the message exists if and
-// only if the transaction commits. Workers in this process are woken at once;
-// their receive runs after the caller's transaction.
+// only if the transaction commits. Once it has committed, workers in this
+// process are woken and the send is counted; a transaction that rolls back
+// (or, on PostgreSQL, is run again) wakes nobody and counts nothing. tx must
+// be a transaction of db.Tx: for another, the wake-up comes at once, before
+// the message is visible, and the workers find it at their next poll.
 func (q *Queue) SendTx(ctx context.Context, tx *sql.Tx, m Message) (SendResult, error) {
 	res, err := q.send(ctx, tx, m)
 	if err != nil {
 		return SendResult{}, err
 	}
-	q.sent(res)
 	return res, nil
 }
 
+// sent counts a committed send and wakes the queue's workers.
 func (q *Queue) sent(res SendResult) {
 	if res.Duplicate {
 		metricDuplicates.WithLabelValues(q.name).Inc()
@@ -191,7 +193,9 @@ func (q *Queue) send(ctx context.Context, tx *sql.Tx, m Message) (SendResult, er
 			if err := w.queryRow(selectKeyQuery, q.name, m.Key).Scan(&first); err != nil {
 				return SendResult{}, fmt.Errorf("queue %s: read key: %w", q.name, err)
 			}
-			return SendResult{ID: first, Duplicate: true}, nil
+			res := SendResult{ID: first, Duplicate: true}
+			afterCommit(q.db, tx, func() { q.sent(res) })
+			return res, nil
 		}
 	}
 	visible, queue := gqTime(now.Add(m.Delay)), q.name
@@ -214,7 +218,9 @@ func (q *Queue) send(ctx context.Context, tx *sql.Tx, m Message) (SendResult, er
 	if _, err := w.exec(insertMessageQuery, string(id), gqTime(now), queue, body, visible, m.Priority); err != nil {
 		return SendResult{}, fmt.Errorf("queue %s: insert message: %w", q.name, err)
 	}
-	return SendResult{ID: id}, nil
+	res := SendResult{ID: id}
+	afterCommit(q.db, tx, func() { q.sent(res) })
+	return res, nil
 }
 
 // AckTx acknowledges m inside the caller's transaction, so the handler's own
