@@ -95,7 +95,13 @@ func startArgs(t *testing.T, args, env []string) *process {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-p.done })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			p.logProblems(t)
+		}
+	})
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -127,6 +133,24 @@ func startArgs(t *testing.T, args, env []string) *process {
 		t.Fatalf("switchyard did not print its banner in time:\n%s", p.stdout.String())
 	}
 	return p
+}
+
+// logProblems shows the process's warnings and errors (at most the last
+// 40), so that a failed test says what the process itself saw.
+func (p *process) logProblems(t *testing.T) {
+	t.Helper()
+	var lines []string
+	for line := range strings.Lines(p.stderr.String()) {
+		if strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) {
+			lines = append(lines, strings.TrimSpace(line))
+		}
+	}
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	if len(lines) > 0 {
+		t.Logf("pid %d warned:\n%s", p.cmd.Process.Pid, strings.Join(lines, "\n"))
+	}
 }
 
 func (p *process) stop(t *testing.T) {
