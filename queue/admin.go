@@ -593,9 +593,25 @@ func (a *Admin) redriveSome(ctx context.Context, f DeadFilter) (int, error) {
 			return err
 		}
 		now := a.db.Now()
-		for _, d := range dead {
-			if _, err := tx.ExecContext(ctx, `delete from queue_dead where id = ?`, d.ID); err != nil {
+		if f.Group == "" {
+			keys := make([]string, len(dead))
+			for i, d := range dead {
+				keys[i] = d.OrderKey
+			}
+			if err := lockOrderKeys(newWriter(ctx, tx, a.db), f.Queue, keys...); err != nil {
 				return err
+			}
+		}
+		for _, d := range dead {
+			// The listing is a snapshot: a concurrent redrive or purge may
+			// have taken the dead letter since. Only the transaction whose
+			// delete removed it moves it.
+			gone, err := affected(tx.ExecContext(ctx, `delete from queue_dead where id = ?`, d.ID))
+			if err != nil {
+				return err
+			}
+			if gone == 0 {
+				continue
 			}
 			if d.Group == "" {
 				err = redriveMessage(ctx, tx, d, now)
@@ -685,6 +701,12 @@ func (a *Admin) PurgeDead(ctx context.Context, f DeadFilter) (int, error) {
 func (a *Admin) Purge(ctx context.Context, queue string) (int, error) {
 	var n int64
 	err := a.db.Tx(ctx, func(tx *sql.Tx) error {
+		// No send, acknowledgement or redrive of an order key runs meanwhile:
+		// one that read the key's slots before they go would park a message
+		// behind a slot that is no longer there.
+		if err := lockQueue(newWriter(ctx, tx, a.db), queue); err != nil {
+			return err
+		}
 		var err error
 		if n, err = affected(tx.ExecContext(ctx, `delete from goqite where queue in (?, ?)`, queue, heldQueue(queue))); err != nil {
 			return err
@@ -717,8 +739,6 @@ func (a *Admin) Publish(ctx context.Context, topic, key string, value []byte) (P
 	if err != nil {
 		return Position{}, err
 	}
-	metricSent.WithLabelValues(topic).Inc()
-	topicSignal(a.db, topic).published(pos.Partition, true)
 	return pos, nil
 }
 

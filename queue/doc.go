@@ -34,9 +34,11 @@
 //   - The handler gets the transaction that commits the offset: its writes
 //     and the commit happen together (exactly-once for local effects).
 //
-// Sends and publishes in this process wake its workers at once; workers in
-// other processes on the same file find work by polling (every 500 ms by
-// default), which is also the only polling an idle process does.
+// Sends and publishes in this process wake its workers as soon as their
+// transaction commits (never before: the workers' receives run in
+// transactions of their own); workers in other processes on the same
+// database find work by polling (every 500 ms by default), which is also the
+// only polling an idle process does.
 //
 // Admin is the operator's side: Stats for the console, the JSON admin API
 // (AdminRoutes), redrive and purge, and the janitor that applies retention.

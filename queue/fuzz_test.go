@@ -62,20 +62,9 @@ func FuzzTopicPublish(f *testing.F) {
 		return httpjson.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
 	})
 	admin.AdminRoutes(r.PathPrefix("/admin/api").Subrouter())
-	conn, err := db.Read.Conn(context.Background())
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { _ = conn.Close() })
-	// PRAGMA data_version on one pinned read connection changes exactly
-	// when another connection commits a change.
-	version := func(t *testing.T) int64 {
-		var v int64
-		if err := conn.QueryRowContext(context.Background(), `pragma data_version`).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	// The database's version changes exactly when a commit changed it.
+	watch := storetest.WatchCommits(f, db)
+	version := func(t *testing.T) string { return watch.Version(t) }
 
 	f.Fuzz(func(t *testing.T, name, key string, body []byte) {
 		req := httptest.NewRequest(http.MethodPost, "http://switchyard.test/", bytes.NewReader(body))

@@ -127,22 +127,24 @@ func (q *Queue) Send(ctx context.Context, m Message) (SendResult, error) {
 	if err != nil {
 		return SendResult{}, err
 	}
-	q.sent(res)
 	return res, nil
 }
 
 // SendTx sends m inside the caller's transaction: the message exists if and
-// only if the transaction commits. Workers in this process are woken at once;
-// their receive runs after the caller's transaction.
+// only if the transaction commits. Once it has committed, workers in this
+// process are woken and the send is counted; a transaction that rolls back
+// (or, on PostgreSQL, is run again) wakes nobody and counts nothing. tx must
+// be a transaction of db.Tx: for another, the wake-up comes at once, before
+// the message is visible, and the workers find it at their next poll.
 func (q *Queue) SendTx(ctx context.Context, tx *sql.Tx, m Message) (SendResult, error) {
 	res, err := q.send(ctx, tx, m)
 	if err != nil {
 		return SendResult{}, err
 	}
-	q.sent(res)
 	return res, nil
 }
 
+// sent counts a committed send and wakes the queue's workers.
 func (q *Queue) sent(res SendResult) {
 	if res.Duplicate {
 		metricDuplicates.WithLabelValues(q.name).Inc()
@@ -191,11 +193,16 @@ func (q *Queue) send(ctx context.Context, tx *sql.Tx, m Message) (SendResult, er
 			if err := w.queryRow(selectKeyQuery, q.name, m.Key).Scan(&first); err != nil {
 				return SendResult{}, fmt.Errorf("queue %s: read key: %w", q.name, err)
 			}
-			return SendResult{ID: first, Duplicate: true}, nil
+			res := SendResult{ID: first, Duplicate: true}
+			afterCommit(q.db, tx, func() { q.sent(res) })
+			return res, nil
 		}
 	}
 	visible, queue := gqTime(now.Add(m.Delay)), q.name
 	if m.OrderKey != "" {
+		if err := lockOrderKeys(w, q.name, m.OrderKey); err != nil {
+			return SendResult{}, err
+		}
 		var parked bool
 		if err := w.queryRow(insertOrderQuery, q.name, m.OrderKey, string(id), q.name, m.OrderKey, visible).Scan(&parked); err != nil {
 			return SendResult{}, fmt.Errorf("queue %s: record order: %w", q.name, err)
@@ -211,7 +218,9 @@ func (q *Queue) send(ctx context.Context, tx *sql.Tx, m Message) (SendResult, er
 	if _, err := w.exec(insertMessageQuery, string(id), gqTime(now), queue, body, visible, m.Priority); err != nil {
 		return SendResult{}, fmt.Errorf("queue %s: insert message: %w", q.name, err)
 	}
-	return SendResult{ID: id}, nil
+	res := SendResult{ID: id}
+	afterCommit(q.db, tx, func() { q.sent(res) })
+	return res, nil
 }
 
 // AckTx acknowledges m inside the caller's transaction, so the handler's own
@@ -220,7 +229,11 @@ func (q *Queue) send(ctx context.Context, tx *sql.Tx, m Message) (SendResult, er
 // purged, or delivered again after its timeout expired; the handler should
 // then return that error so its transaction rolls back.
 func (q *Queue) AckTx(ctx context.Context, tx *sql.Tx, m Message) error {
-	ok, err := finishMessage(newWriter(ctx, tx, q.db), q.name, m.ID, m.Attempt, m.OrderKey, q.db.Now())
+	w := newWriter(ctx, tx, q.db)
+	if err := lockOrderKeys(w, q.name, m.OrderKey); err != nil {
+		return err
+	}
+	ok, err := finishMessage(w, q.name, m.ID, m.Attempt, m.OrderKey, q.db.Now())
 	if err != nil {
 		return err
 	}
@@ -244,7 +257,8 @@ const (
 // finishMessage removes delivery attempt of message id (fenced by the
 // attempt, so a stale delivery cannot remove a newer one), its retry state
 // and its order slot, releasing the next message of its order key. It
-// reports whether the delivery was still current.
+// reports whether the delivery was still current. The caller holds the
+// order key's lock (lockOrderKeys).
 func finishMessage(w writer, queue string, id ID, attempt int, orderKey string, now time.Time) (bool, error) {
 	res, err := w.exec(deleteDeliveredQuery, queue, string(id), attempt)
 	if err != nil {
@@ -311,6 +325,7 @@ const (
 
 // deadLetterMessage moves delivery attempt of message id to the dead-letter
 // queue with its last error. It reports whether the delivery was current.
+// The caller holds the order key's lock (lockOrderKeys).
 func deadLetterMessage(w writer, queue string, id ID, attempt int, orderKey, lastErr string, now time.Time) (bool, error) {
 	var (
 		body     []byte

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"database/sql"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -20,12 +21,17 @@ type hub struct {
 	signals  map[string]*signal
 	declared map[string]bool
 	stmts    stmtCache
+
+	scopesMu sync.Mutex
+	scopes   map[*sql.Tx]*[]func() // the record handlers running now, by transaction
 }
 
 // hubKey is the key of the queue package's hub among a database's Ext values.
 type hubKey struct{}
 
-func newHub() any { return &hub{signals: map[string]*signal{}, declared: map[string]bool{}} }
+func newHub() any {
+	return &hub{signals: map[string]*signal{}, declared: map[string]bool{}, scopes: map[*sql.Tx]*[]func(){}}
+}
 
 func hubFor(db *store.DB) *hub { return db.Ext(hubKey{}, newHub).(*hub) }
 
@@ -43,6 +49,42 @@ func (h *hub) signal(name string) *signal {
 		h.signals[name] = s
 	}
 	return s
+}
+
+// afterCommit arranges for fn, what a send or a publish in tx does outside
+// the database (a wake-up, a metric), to run once tx has committed with that
+// send or publish in it: at the commit of a transaction of db.Tx
+// (store.DB.AfterCommit), and never when the savepoint of the record handler
+// that made it rolls back (openScope).
+func afterCommit(db *store.DB, tx *sql.Tx, fn func()) {
+	h := hubFor(db)
+	h.scopesMu.Lock()
+	list, ok := h.scopes[tx]
+	if ok {
+		*list = append(*list, fn)
+	}
+	h.scopesMu.Unlock()
+	if !ok {
+		db.AfterCommit(tx, fn)
+	}
+}
+
+// openScope collects what afterCommit is given in tx from now on, until
+// closeScope, which returns it: a record handler runs in a savepoint of tx
+// that may roll back while tx commits.
+func (h *hub) openScope(tx *sql.Tx) *[]func() {
+	list := new([]func())
+	h.scopesMu.Lock()
+	h.scopes[tx] = list
+	h.scopesMu.Unlock()
+	return list
+}
+
+func (h *hub) closeScope(tx *sql.Tx, list *[]func()) []func() {
+	h.scopesMu.Lock()
+	delete(h.scopes, tx)
+	h.scopesMu.Unlock()
+	return *list
 }
 
 func (h *hub) declare(queue string) {
@@ -85,10 +127,6 @@ type listener struct {
 	// dirty has bit p%64 set for each partition p published to since the
 	// subscriber last looked, so it rereads only those partitions' logs.
 	dirty atomic.Uint64
-	// uncommitted is set by publishes made inside a caller's transaction,
-	// before it commits: the subscriber, which reads through the read pool,
-	// must first let the writer finish that transaction.
-	uncommitted atomic.Bool
 }
 
 // wait returns a channel that is closed at the next notify.
@@ -126,15 +164,12 @@ func (s *signal) unlisten(l *listener) {
 	s.mu.Unlock()
 }
 
-// published tells the listeners that partition p has a new record and wakes
-// them; committed is false inside a caller's transaction.
-func (s *signal) published(p int, committed bool) {
+// published tells the listeners that partition p has a new, committed
+// record and wakes them.
+func (s *signal) published(p int) {
 	bit := uint64(1) << (p % 64)
 	s.mu.Lock()
 	for l := range s.listeners {
-		if !committed {
-			l.uncommitted.Store(true)
-		}
 		l.dirty.Or(bit)
 		l.woken.Store(true)
 	}

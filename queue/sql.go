@@ -98,8 +98,9 @@ func (c *stmtCache) prepare(ctx context.Context, db *store.DB) {
 	c.mu.Unlock()
 	// Without the lock: preparing waits for the writer connection, and a
 	// transaction running on it reads the cache.
-	prepared := make(map[string]*sql.Stmt, len(hotQueries))
-	for _, q := range hotQueries {
+	queries := hotQueries(db)
+	prepared := make(map[string]*sql.Stmt, len(queries))
+	for _, q := range queries {
 		if st, err := db.Write.PrepareContext(ctx, q); err == nil {
 			prepared[q] = st
 		}
@@ -109,16 +110,24 @@ func (c *stmtCache) prepare(ctx context.Context, db *store.DB) {
 	c.mu.Unlock()
 }
 
-// hotQueries are the statements run per message or per record.
-var hotQueries = []string{
-	insertKeyQuery, selectKeyQuery, orderQueuedQuery, insertOrderQuery, insertMessageQuery,
-	deleteDeliveredQuery, deleteRetryQuery, deleteOrderQuery, unparkQuery, releaseQuery,
-	takeDeliveredQuery, orderSlotQuery, firstFailedQuery, insertDeadQuery, insertFailureQuery,
-	retryMessageQuery, upsertRetryQuery, receiveQuery, orderKeyQuery,
-	nextOffsetQuery, appendQuery,
-	savepointQuery, releaseSavepointQuery, rollbackSavepointQuery,
-	deleteRecordRetryQuery, advanceQuery, insertDoneQuery, insertRecordRetryQuery, updateRecordRetryQuery,
-	firstFailedRecordQuery, committedQuery, doneAboveQuery, setCommittedQuery, deleteDoneBelowQuery,
+// hotQueries are the statements run per message or per record, in db's
+// dialect: where a statement differs between SQLite and PostgreSQL, the
+// cache holds the text the writer then runs on db.
+func hotQueries(db *store.DB) []string {
+	queries := []string{
+		insertKeyQuery, selectKeyQuery, orderQueuedQuery, insertOrderQuery, insertMessageQuery,
+		deleteDeliveredQuery, deleteRetryQuery, deleteOrderQuery, unparkQuery, releaseQuery,
+		takeDeliveredQuery, orderSlotQuery, firstFailedQuery, insertDeadQuery, insertFailureQuery,
+		retryMessageQuery, upsertRetryQuery, receiveSQL(db), orderKeyQuery,
+		nextOffsetQuery, appendQuery,
+		savepointQuery, releaseSavepointQuery, rollbackSavepointQuery,
+		deleteRecordRetryQuery, advanceQuery, insertDoneQuery, insertRecordRetryQuery, updateRecordRetryQuery,
+		firstFailedRecordQuery, committedQuery, doneAboveQuery, setCommittedQuery, deleteDoneBelowQuery,
+	}
+	if db.Postgres() {
+		queries = append(queries, lockKeyQuery, lockSharedQuery)
+	}
+	return queries
 }
 
 // writer runs the package's statements inside a write transaction, prepared
@@ -127,10 +136,11 @@ type writer struct {
 	ctx   context.Context
 	tx    *sql.Tx
 	stmts *stmtCache
+	pg    bool // the database is PostgreSQL, whose transactions run concurrently
 }
 
 func newWriter(ctx context.Context, tx *sql.Tx, db *store.DB) writer {
-	return writer{ctx: ctx, tx: tx, stmts: &hubFor(db).stmts}
+	return writer{ctx: ctx, tx: tx, stmts: &hubFor(db).stmts, pg: db.Postgres()}
 }
 
 func (w writer) exec(query string, args ...any) (sql.Result, error) {

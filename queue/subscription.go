@@ -289,11 +289,6 @@ func (s *Subscription) loop() {
 		// that a publish after the look closes the channel taken.
 		topicWake, groupWake := topicSig.wait(), groupSig.wait()
 		if marked := pub.dirty.Swap(0); marked != 0 {
-			if pub.uncommitted.Swap(false) {
-				// A PublishTx announced a record before its transaction
-				// committed: let the writer finish it, so the read pool sees it.
-				_ = s.db.Tx(ctx, func(*sql.Tx) error { return nil })
-			}
 			for _, p := range s.parts {
 				if marked&(1<<(p.id%64)) != 0 {
 					p.caughtUp = false
@@ -659,18 +654,28 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 			return 0, err
 		}
 		start := time.Now()
+		scope := hubFor(s.db).openScope(tx)
 		herr := s.call(tx, rec)
 		out.dur = time.Since(start)
 		if herr == nil {
 			herr = s.markFinished(w, e)
 			if herr == nil {
 				if _, err := w.exec(releaseSavepointQuery); err != nil {
+					hubFor(s.db).closeScope(tx, scope)
 					return 0, err
+				}
+				// What the handler's sends and publishes do after the commit
+				// now waits for the transaction's commit.
+				for _, fn := range hubFor(s.db).closeScope(tx, scope) {
+					s.db.AfterCommit(tx, fn)
 				}
 				out.kind = outcomeDone
 				continue
 			}
 		}
+		// The record's writes are rolled back, and with them what its sends
+		// and publishes would have done after the commit.
+		hubFor(s.db).closeScope(tx, scope)
 		if _, err := w.exec(rollbackSavepointQuery); err != nil {
 			return 0, fmt.Errorf("roll back record %d:%d: %w (after %v)", rec.Partition, rec.Offset, err, herr)
 		}

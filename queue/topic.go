@@ -147,20 +147,20 @@ func (t *Topic) Publish(ctx context.Context, key string, value []byte) (Position
 	if err != nil {
 		return Position{}, err
 	}
-	metricSent.WithLabelValues(t.name).Inc()
-	t.sig.published(pos.Partition, true)
 	return pos, nil
 }
 
 // PublishTx appends a record inside the caller's transaction: it exists, and
-// its offset is taken, if and only if the transaction commits.
+// its offset is taken, if and only if the transaction commits. Once it has
+// committed, subscribers in this process are woken and the publish is
+// counted; a transaction that rolls back (or, on PostgreSQL, is run again),
+// or the savepoint of a record handler that fails, wakes nobody and counts
+// nothing. tx must be a transaction of db.Tx (see Queue.SendTx).
 func (t *Topic) PublishTx(ctx context.Context, tx *sql.Tx, key string, value []byte) (Position, error) {
 	pos, err := publish(ctx, tx, t.db, t.name, t.partitions, key, value)
 	if err != nil {
 		return Position{}, err
 	}
-	metricSent.WithLabelValues(t.name).Inc()
-	t.sig.published(pos.Partition, false)
 	return pos, nil
 }
 
@@ -192,6 +192,10 @@ func publish(ctx context.Context, tx *sql.Tx, db *store.DB, topic string, partit
 	if _, err := w.exec(appendQuery, topic, pos.Partition, pos.Offset, key, value, store.TS(db.Now())); err != nil {
 		return Position{}, fmt.Errorf("queue: publish to %s: %w", topic, err)
 	}
+	afterCommit(db, tx, func() {
+		metricSent.WithLabelValues(topic).Inc()
+		topicSignal(db, topic).published(pos.Partition)
+	})
 	return pos, nil
 }
 

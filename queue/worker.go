@@ -275,14 +275,34 @@ func (w *Worker) call(m Message) (err error) {
 	return w.opts.Handler(w.hctx, m)
 }
 
-const receiveQuery = `
+// receiveQuery takes the visible messages it returns in one statement. On
+// PostgreSQL, where receives run concurrently, its inner select locks the
+// rows it picks and skips those another receive has locked (receiveQueryPG):
+// without that, two receives read the same rows from their snapshots and both
+// deliver them. SQLite, whose single writer runs one receive at a time,
+// parses no FOR UPDATE.
+const (
+	receiveQuery = receiveHead + `)` + receiveTail
+	receiveHead  = `
 	update goqite set timeout = ?, received = received + 1
 	where id in (
 		select id from goqite
 		where queue = ? and timeout <= ? and received < ?
 		order by priority desc, created
-		limit ?)
+		limit ?`
+	receiveTail = `
 	returning id, body, received, created, priority`
+	receiveQueryPG = receiveHead + `
+		for update skip locked)` + receiveTail
+)
+
+// receiveSQL is receiveQuery in db's dialect.
+func receiveSQL(db *store.DB) string {
+	if db.Postgres() {
+		return receiveQueryPG
+	}
+	return receiveQuery
+}
 
 // receive takes up to n visible messages in one transaction.
 func (w *Worker) receive(n int) ([]Message, error) {
@@ -293,7 +313,7 @@ func (w *Worker) receive(n int) ([]Message, error) {
 		msgs = msgs[:0]
 		now := q.db.Now()
 		sw := newWriter(ctx, tx, q.db)
-		rows, err := sw.query(receiveQuery, gqTime(now.Add(q.timeout)), q.name, gqTime(now), q.retry.MaxAttempts, n)
+		rows, err := sw.query(receiveSQL(q.db), gqTime(now.Add(q.timeout)), q.name, gqTime(now), q.retry.MaxAttempts, n)
 		if err != nil {
 			return err
 		}
@@ -396,9 +416,18 @@ func (w *Worker) commit(batch []result) {
 	ctx := context.WithoutCancel(w.hctx)
 	outcomes := make([]outcome, len(batch))
 	dues := make([]time.Time, len(batch))
+	keys := make([]string, len(batch))
+	for i, r := range batch {
+		keys[i] = r.m.OrderKey
+	}
 	err := q.db.Tx(ctx, func(tx *sql.Tx) error {
 		now := q.db.Now()
 		sw := newWriter(ctx, tx, q.db)
+		// Every order key of the batch at once, so that two batches never
+		// wait for each other's keys.
+		if err := lockOrderKeys(sw, q.name, keys...); err != nil {
+			return err
+		}
 		for i, r := range batch {
 			outcomes[i] = outcomeStale
 			if r.err == nil {
@@ -549,13 +578,23 @@ func (w *Worker) sweepExhausted() {
 			return err
 		}
 		sw := newWriter(ctx, tx, q.db)
-		for _, s := range found {
-			msg := []Message{{ID: s.id}}
-			if err := orderKeysOf(sw, msg); err != nil {
-				return err
-			}
+		msgs := make([]Message, len(found))
+		keys := make([]string, len(found))
+		for i, s := range found {
+			msgs[i].ID = s.id
+		}
+		if err := orderKeysOf(sw, msgs); err != nil {
+			return err
+		}
+		for i, m := range msgs {
+			keys[i] = m.OrderKey
+		}
+		if err := lockOrderKeys(sw, q.name, keys...); err != nil {
+			return err
+		}
+		for i, s := range found {
 			text := fmt.Sprintf("delivered %d times without a result: the handler outlived the %s timeout or its process stopped", s.received, q.timeout)
-			ok, err := deadLetterMessage(sw, q.name, s.id, s.received, msg[0].OrderKey, text, now)
+			ok, err := deadLetterMessage(sw, q.name, s.id, s.received, msgs[i].OrderKey, text, now)
 			if err != nil {
 				return err
 			}

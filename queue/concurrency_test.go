@@ -1,0 +1,225 @@
+package queue_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"switchyard/queue"
+	"switchyard/store/storetest"
+	"switchyard/testwait"
+)
+
+// The tests of this file are about concurrent transactions. On SQLite every
+// write transaction runs alone (one writer), so they pass by construction;
+// on PostgreSQL transactions run side by side, and these tests fail unless
+// each read-then-write is made safe (row locks, SKIP LOCKED, atomic updates).
+
+func TestConcurrentReceivers(t *testing.T) {
+	t.Parallel()
+
+	t.Run("eight workers receiving from one queue deliver each message exactly once", func(t *testing.T) {
+		t.Parallel()
+		const messages = 3000
+		db := storetest.New(t)
+		q := queue.New(queue.NewOpts{DB: db, Name: "q"})
+		// The messages are all there before any worker starts, so that the
+		// eight receive transactions compete for the same rows.
+		for sent := 0; sent < messages; sent += 500 {
+			if err := db.Tx(t.Context(), func(tx *sql.Tx) error {
+				for i := sent; i < sent+500; i++ {
+					if _, err := q.SendTx(t.Context(), tx, queue.Message{Body: fmt.Appendf(nil, "%d", i)}); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var (
+			mu         sync.Mutex
+			deliveries = map[queue.ID]int{}
+			total      int
+		)
+		for range 8 {
+			start(t, q, queue.WorkerOpts{Concurrency: 16, PollInterval: time.Hour, Handler: func(ctx context.Context, m queue.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				deliveries[m.ID]++
+				total++
+				return nil
+			}})
+		}
+		testwait.Until(t, 30*time.Second, "every message handled and acknowledged", func() bool {
+			return liveMessages(t, db, "q") == 0
+		}, func() string { return fmt.Sprintf("%d live", liveMessages(t, db, "q")) })
+		mu.Lock()
+		defer mu.Unlock()
+		dups := 0
+		for _, n := range deliveries {
+			dups += n - 1
+		}
+		if len(deliveries) != messages || dups != 0 {
+			t.Errorf("%d deliveries of %d distinct messages (%d duplicates), want each of %d delivered once",
+				total, len(deliveries), dups, messages)
+		}
+	})
+}
+
+func TestConcurrentOrderKey(t *testing.T) {
+	t.Parallel()
+
+	t.Run("eight senders starting one order key at once leave exactly one of its messages visible", func(t *testing.T) {
+		t.Parallel()
+		const (
+			senders = 8
+			keys    = 100
+		)
+		db := storetest.New(t)
+		q := queue.New(queue.NewOpts{DB: db, Name: "q"})
+		var wg sync.WaitGroup
+		for s := range senders {
+			wg.Go(func() {
+				for k := range keys {
+					if _, err := q.Send(context.Background(), queue.Message{Body: fmt.Appendf(nil, "%d", s), OrderKey: fmt.Sprint(k)}); err != nil {
+						t.Errorf("send %d to key %d: %v", s, k, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		// The first message of a key is its head, visible; every later one
+		// is held behind it.
+		if n := count(t, db, `select count(*) from goqite where queue = 'q'`); n != keys {
+			t.Errorf("%d messages visible, want %d: one head for each of the %d keys", n, keys, keys)
+		}
+		if n := count(t, db, `select count(*) from queue_order where parked = 0`); n != keys {
+			t.Errorf("%d order slots unparked, want %d", n, keys)
+		}
+	})
+
+	t.Run("a send racing the acknowledgement of its key's last message is never stranded behind it", func(t *testing.T) {
+		t.Parallel()
+		const (
+			keys   = 20
+			rounds = 30
+		)
+		db := storetest.New(t)
+		q := queue.New(queue.NewOpts{DB: db, Name: "q"})
+		handled := make([]chan int, keys)
+		for k := range handled {
+			handled[k] = make(chan int, rounds)
+		}
+		for range 2 {
+			start(t, q, queue.WorkerOpts{Concurrency: 8, PollInterval: time.Hour, Handler: func(ctx context.Context, m queue.Message) error {
+				var k, r int
+				if _, err := fmt.Sscanf(string(m.Body), "%d %d", &k, &r); err != nil {
+					return queue.Permanent(err)
+				}
+				handled[k] <- r
+				return nil
+			}})
+		}
+		// Each key's sender sends its next message the moment the handler
+		// has the previous one, so the send runs while that message, the
+		// key's last, is being acknowledged. The workers poll once an hour:
+		// a message held behind a head that was acknowledged without
+		// releasing it stays held for good.
+		var wg sync.WaitGroup
+		for k := range keys {
+			wg.Go(func() {
+				for r := range rounds {
+					if _, err := q.Send(context.Background(), queue.Message{Body: fmt.Appendf(nil, "%d %d", k, r), OrderKey: fmt.Sprint(k)}); err != nil {
+						t.Errorf("send %d to key %d: %v", r, k, err)
+						return
+					}
+					select {
+					case got := <-handled[k]:
+						if got != r {
+							t.Errorf("key %d: handled message %d, want %d", k, got, r)
+							return
+						}
+					case <-time.After(10 * time.Second * testwait.Slack):
+						t.Errorf("key %d: message %d not handled (%d messages held)", k, r,
+							count(t, db, `select count(*) from goqite where queue = 'q~held'`))
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		testwait.Until(t, 10*time.Second, "every message acknowledged", func() bool {
+			return liveMessages(t, db, "q") == 0
+		})
+	})
+}
+
+func TestConcurrentRedrive(t *testing.T) {
+	t.Parallel()
+
+	t.Run("concurrent redrives and a purge of one dead-letter queue move each dead letter once", func(t *testing.T) {
+		t.Parallel()
+		const messages = 300
+		db := storetest.New(t)
+		q := queue.New(queue.NewOpts{DB: db, Name: "q"})
+		admin := queue.NewAdmin(queue.AdminOpts{DB: db})
+		for i := range messages {
+			if _, err := q.Send(t.Context(), queue.Message{Body: fmt.Appendf(nil, "%d", i), OrderKey: fmt.Sprint(i % 7)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w := q.Start(t.Context(), queue.WorkerOpts{Handler: func(context.Context, queue.Message) error {
+			return queue.Permanent(errors.New("bad"))
+		}})
+		testwait.Until(t, 30*time.Second, "every message dead", func() bool {
+			return count(t, db, `select count(*) from queue_dead where queue = 'q'`) == messages
+		})
+		if err := w.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+
+		var (
+			wg      sync.WaitGroup
+			moved   [4]int
+			errs    [5]error
+			purged  int
+			begin   = make(chan struct{})
+			options = queue.DeadFilter{Queue: "q"}
+		)
+		for i := range moved {
+			wg.Go(func() {
+				<-begin
+				moved[i], errs[i] = admin.Redrive(t.Context(), options)
+			})
+		}
+		wg.Go(func() {
+			<-begin
+			purged, errs[4] = admin.PurgeDead(t.Context(), options)
+		})
+		close(begin)
+		wg.Wait()
+		total := purged
+		for i := range moved {
+			total += moved[i]
+		}
+		for _, err := range errs {
+			if err != nil {
+				t.Errorf("redrive or purge failed: %v", err)
+			}
+		}
+		live := liveMessages(t, db, "q")
+		if total != messages || live != total-purged {
+			t.Errorf("redriven %v and purged %d of %d dead letters, %d live: want each dead letter redriven or purged once, and the redriven ones live",
+				moved, purged, messages, live)
+		}
+		if n := count(t, db, `select count(*) from queue_dead where queue = 'q'`); n != 0 {
+			t.Errorf("%d dead letters left", n)
+		}
+	})
+}
