@@ -223,3 +223,69 @@ func TestConcurrentRedrive(t *testing.T) {
 		}
 	})
 }
+
+func TestConcurrentPublishers(t *testing.T) {
+	t.Parallel()
+
+	t.Run("concurrent publishers to one partition get distinct, gap-free offsets, and a group reading meanwhile skips none", func(t *testing.T) {
+		t.Parallel()
+		const (
+			publishers = 8
+			each       = 100
+		)
+		db := storetest.New(t)
+		createEffects(t, db)
+		topic := newTopic(t, db, "t", 1)
+		// The group reads while the publishers write: a record committed
+		// after a later offset was visible would be passed over.
+		subscribe(t, topic, queue.SubscribeOpts{Group: "g", PollInterval: time.Hour, Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
+			return record(ctx, tx, "g", r)
+		}})
+		var (
+			wg        sync.WaitGroup
+			mu        sync.Mutex
+			positions = map[int64]int{}
+		)
+		for p := range publishers {
+			key := "k"
+			wg.Go(func() {
+				for i := range each {
+					// Half of them inside a transaction of their own, which
+					// holds the partition's next offset until it commits.
+					var pos queue.Position
+					var err error
+					if i%2 == 0 {
+						pos, err = topic.Publish(context.Background(), key, fmt.Appendf(nil, "%s %d", key, p*each+i))
+					} else {
+						err = db.Tx(context.Background(), func(tx *sql.Tx) error {
+							pos, err = topic.PublishTx(context.Background(), tx, key, fmt.Appendf(nil, "%s %d", key, p*each+i))
+							return err
+						})
+					}
+					if err != nil {
+						t.Errorf("publish: %v", err)
+						return
+					}
+					mu.Lock()
+					positions[pos.Offset]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		for off := range int64(publishers * each) {
+			if positions[off] != 1 {
+				t.Errorf("offset %d given %d times, want once", off, positions[off])
+			}
+		}
+		if len(positions) != publishers*each {
+			t.Errorf("%d distinct offsets, want %d", len(positions), publishers*each)
+		}
+		testwait.Until(t, 20*time.Second, "the group handled every record", func() bool {
+			return count(t, db, `select count(*) from effects`) == publishers*each
+		}, func() string { return fmt.Sprintf("%d handled", count(t, db, `select count(*) from effects`)) })
+		if n := count(t, db, `select count(distinct seq) from effects`); n != publishers*each {
+			t.Errorf("%d distinct records took effect, want %d, each once", n, publishers*each)
+		}
+	})
+}

@@ -73,6 +73,30 @@ func lockQueue(w writer, queue string) error {
 	return nil
 }
 
+// A consumer group's partition has one owner while its lease holds, but an
+// owner whose lease ran out may still be committing a transaction of records
+// when the next owner commits one of its own. Each checks what the other did
+// (the committed offset, the finished records above it, the retry rows)
+// before it writes, and on SQLite the two never overlap. On PostgreSQL they
+// do: one that read the offset before the other committed finished a record
+// the other had finished too, and the record took effect twice. So there a
+// transaction of a partition's records first locks the group's offset row of
+// the partition, which SeekGroup's update locks too.
+const lockGroupPartitionQuery = committedQuery + ` for update`
+
+// lockGroupPartition takes, on PostgreSQL, the row lock of the group's
+// offset of partition for the rest of w's transaction.
+func lockGroupPartition(w writer, topic, group string, partition int) error {
+	if !w.pg {
+		return nil
+	}
+	var committed int64
+	if err := w.queryRow(lockGroupPartitionQuery, topic, group, partition).Scan(&committed); err != nil {
+		return fmt.Errorf("queue: lock %s/%s partition %d: %w", topic, group, partition, err)
+	}
+	return nil
+}
+
 // lockID is the advisory lock id of name: 64 bits of FNV-1a. Two names that
 // collide only share a lock, which costs some waiting, never correctness.
 func lockID(name string) int64 {

@@ -125,7 +125,7 @@ func hotQueries(db *store.DB) []string {
 		firstFailedRecordQuery, committedQuery, doneAboveQuery, setCommittedQuery, deleteDoneBelowQuery,
 	}
 	if db.Postgres() {
-		queries = append(queries, lockKeyQuery, lockSharedQuery)
+		queries = append(queries, lockKeyQuery, lockSharedQuery, lockGroupPartitionQuery)
 	}
 	return queries
 }

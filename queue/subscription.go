@@ -640,6 +640,9 @@ func (s *Subscription) runChunk(p *partState, items []*entry) {
 func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int, items []*entry, outs []recOutcome) (int64, error) {
 	now := s.db.Now()
 	w := newWriter(ctx, tx, s.db)
+	if err := lockGroupPartition(w, s.t.name, s.group, partition); err != nil {
+		return 0, err
+	}
 	var failed map[string]bool
 	halt := false
 	for i, e := range items {
