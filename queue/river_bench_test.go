@@ -28,9 +28,12 @@ import (
 // server in the same run, as the baseline. Every case sends b.N messages from
 // benchSenders goroutines while the consumers run, and stops the clock when
 // every message has been handled and its acknowledgement committed; it
-// reports msg/s, and each Switchyard case its ratio to the River case of the
-// same shape (x-river) and the deliveries beyond the first (dups, which must
-// be 0: distinct ids are counted).
+// reports msg/s and the deliveries beyond the first (dups, which must be 0:
+// distinct ids are counted), and each Switchyard case its ratio to the River
+// case of the same shape run just before it (x-river). -count repeats each
+// case in place (three River runs, then three Switchyard runs, each ratio
+// taken to the last River run), so for paired ratios on a noisy machine run
+// rounds of -count 1 instead.
 //
 //	queue/<shape>/send=one/{river,switchyard}:   each message its own
 //	    transaction: River's Insert, the queue's Send;
@@ -51,8 +54,8 @@ import (
 // skips. The same Switchyard cases run on either backend in
 // BenchmarkSameCases, for the SQLite figures beside these:
 //
-//	SWITCHYARD_TEST_DB='postgres://…' go test -run '^$' -bench PG -benchtime 20000x -count 3 ./queue/
-//	go test -run '^$' -bench SameCases -benchtime 20000x -count 3 ./queue/
+//	SWITCHYARD_TEST_DB='postgres://…' go test -run '^$' -bench PG -benchtime 5000x ./queue/
+//	go test -run '^$' -bench SameCases -benchtime 5000x ./queue/
 func BenchmarkPG(b *testing.B) {
 	if !storetest.Postgres() {
 		b.Skip("BenchmarkPG needs a PostgreSQL server: set " + storetest.EnvTestDB + " to its postgres:// URL")
