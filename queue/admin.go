@@ -560,11 +560,6 @@ func (a *Admin) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 		}
 	}
 	if total > 0 {
-		if f.Group == "" {
-			queueSignal(a.db, f.Queue).notify()
-		} else {
-			groupSignal(a.db, f.Queue, f.Group).notify()
-		}
 		a.log.Info("queue dead letters redriven", slog.String("queue", f.Queue), slog.String("group", f.Group),
 			slog.Int("count", total), slog.String("outcome", "redriven"))
 	}
@@ -622,6 +617,17 @@ func (a *Admin) redriveSome(ctx context.Context, f DeadFilter) (int, error) {
 				return fmt.Errorf("redrive %s: %w", d.ID, err)
 			}
 			n++
+		}
+		if n > 0 {
+			// Each batch wakes the consumers as it commits, even when a later
+			// one fails.
+			a.db.AfterCommit(tx, func() {
+				if f.Group == "" {
+					queueSignal(a.db, f.Queue).notify()
+				} else {
+					groupSignal(a.db, f.Queue, f.Group).notify()
+				}
+			})
 		}
 		return nil
 	})

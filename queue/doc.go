@@ -1,8 +1,8 @@
 // Package queue is Switchyard's replacement for Redis/BullMQ and Kafka:
-// durable queues and keyed topics in the same SQLite file as everything else,
-// built on goqite (maragu.dev/goqite, whose table it owns and writes with its
-// own SQL so that sends, receives and acknowledgements join the store's
-// group-committed transactions).
+// durable queues and keyed topics in the same database as everything else
+// (the SQLite file, or PostgreSQL), built on goqite (maragu.dev/goqite, whose
+// table it owns and writes with its own SQL so that sends, receives and
+// acknowledgements join the store's transactions).
 //
 // Queues (New, Queue.Send, Queue.Start) promise:
 //
@@ -39,6 +39,13 @@
 // transactions of their own); workers in other processes on the same
 // database find work by polling (every 500 ms by default), which is also the
 // only polling an idle process does.
+//
+// The promises hold on both backends with one SQL text. SQLite runs one
+// write transaction at a time; PostgreSQL runs them side by side, so there a
+// receive skips the rows another receive has locked (FOR UPDATE SKIP LOCKED),
+// a transaction that reads and writes an order key's slots holds the key's
+// advisory lock (lock.go), and a transaction of a partition's records locks
+// the group's offset row first.
 //
 // Admin is the operator's side: Stats for the console, the JSON admin API
 // (AdminRoutes), redrive and purge, and the janitor that applies retention.
