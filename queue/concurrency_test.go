@@ -24,14 +24,14 @@ func TestConcurrentReceivers(t *testing.T) {
 
 	t.Run("eight workers receiving from one queue deliver each message exactly once", func(t *testing.T) {
 		t.Parallel()
-		const messages = 3000
+		const messages = 600
 		db := storetest.New(t)
 		q := queue.New(queue.NewOpts{DB: db, Name: "q"})
 		// The messages are all there before any worker starts, so that the
 		// eight receive transactions compete for the same rows.
-		for sent := 0; sent < messages; sent += 500 {
+		for sent := 0; sent < messages; sent += 300 {
 			if err := db.Tx(t.Context(), func(tx *sql.Tx) error {
-				for i := sent; i < sent+500; i++ {
+				for i := sent; i < sent+300; i++ {
 					if _, err := q.SendTx(t.Context(), tx, queue.Message{Body: fmt.Appendf(nil, "%d", i)}); err != nil {
 						return err
 					}
@@ -47,7 +47,7 @@ func TestConcurrentReceivers(t *testing.T) {
 			total      int
 		)
 		for range 8 {
-			start(t, q, queue.WorkerOpts{Concurrency: 16, PollInterval: time.Hour, Handler: func(ctx context.Context, m queue.Message) error {
+			start(t, q, queue.WorkerOpts{Concurrency: 8, PollInterval: time.Hour, Handler: func(ctx context.Context, m queue.Message) error {
 				mu.Lock()
 				defer mu.Unlock()
 				deliveries[m.ID]++
@@ -78,22 +78,26 @@ func TestConcurrentOrderKey(t *testing.T) {
 		t.Parallel()
 		const (
 			senders = 8
-			keys    = 100
+			keys    = 50
 		)
 		db := storetest.New(t)
 		q := queue.New(queue.NewOpts{DB: db, Name: "q"})
-		var wg sync.WaitGroup
-		for s := range senders {
-			wg.Go(func() {
-				for k := range keys {
+		for k := range keys {
+			// The senders of a key start together, so that their first reads
+			// of the key's slots overlap.
+			var wg sync.WaitGroup
+			begin := make(chan struct{})
+			for s := range senders {
+				wg.Go(func() {
+					<-begin
 					if _, err := q.Send(context.Background(), queue.Message{Body: fmt.Appendf(nil, "%d", s), OrderKey: fmt.Sprint(k)}); err != nil {
 						t.Errorf("send %d to key %d: %v", s, k, err)
-						return
 					}
-				}
-			})
+				})
+			}
+			close(begin)
+			wg.Wait()
 		}
-		wg.Wait()
 		// The first message of a key is its head, visible; every later one
 		// is held behind it.
 		if n := count(t, db, `select count(*) from goqite where queue = 'q'`); n != keys {
@@ -107,8 +111,8 @@ func TestConcurrentOrderKey(t *testing.T) {
 	t.Run("a send racing the acknowledgement of its key's last message is never stranded behind it", func(t *testing.T) {
 		t.Parallel()
 		const (
-			keys   = 20
-			rounds = 30
+			keys   = 10
+			rounds = 12
 		)
 		db := storetest.New(t)
 		q := queue.New(queue.NewOpts{DB: db, Name: "q"})
@@ -165,12 +169,12 @@ func TestConcurrentRedrive(t *testing.T) {
 
 	t.Run("concurrent redrives and a purge of one dead-letter queue move each dead letter once", func(t *testing.T) {
 		t.Parallel()
-		const messages = 300
+		const messages = 120
 		db := storetest.New(t)
 		q := queue.New(queue.NewOpts{DB: db, Name: "q"})
 		admin := queue.NewAdmin(queue.AdminOpts{DB: db})
 		for i := range messages {
-			if _, err := q.Send(t.Context(), queue.Message{Body: fmt.Appendf(nil, "%d", i), OrderKey: fmt.Sprint(i % 7)}); err != nil {
+			if _, err := q.Send(t.Context(), queue.Message{Body: fmt.Appendf(nil, "%d", i), OrderKey: fmt.Sprint(i % 30)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -231,7 +235,7 @@ func TestConcurrentPublishers(t *testing.T) {
 		t.Parallel()
 		const (
 			publishers = 8
-			each       = 100
+			each       = 50
 		)
 		db := storetest.New(t)
 		createEffects(t, db)

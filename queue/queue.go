@@ -135,7 +135,9 @@ func (q *Queue) Send(ctx context.Context, m Message) (SendResult, error) {
 // process are woken and the send is counted; a transaction that rolls back
 // (or, on PostgreSQL, is run again) wakes nobody and counts nothing. tx must
 // be a transaction of db.Tx: for another, the wake-up comes at once, before
-// the message is visible, and the workers find it at their next poll.
+// the message is visible, and the workers find it at their next poll. On
+// PostgreSQL a send with an order key holds that key's lock until tx ends
+// (see lock.go): keep such transactions short.
 func (q *Queue) SendTx(ctx context.Context, tx *sql.Tx, m Message) (SendResult, error) {
 	res, err := q.send(ctx, tx, m)
 	if err != nil {
@@ -227,7 +229,8 @@ func (q *Queue) send(ctx context.Context, tx *sql.Tx, m Message) (SendResult, er
 // writes and the acknowledgement commit together (exactly-once for local
 // effects). It fails with ErrNotFound when m was already acknowledged,
 // purged, or delivered again after its timeout expired; the handler should
-// then return that error so its transaction rolls back.
+// then return that error so its transaction rolls back. Like SendTx, on
+// PostgreSQL it holds m's order key's lock until tx ends.
 func (q *Queue) AckTx(ctx context.Context, tx *sql.Tx, m Message) error {
 	w := newWriter(ctx, tx, q.db)
 	if err := lockOrderKeys(w, q.name, m.OrderKey); err != nil {
