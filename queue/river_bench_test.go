@@ -342,6 +342,44 @@ func riverPoolConns() int32 {
 // completer after the commit).
 func benchRiver(b *testing.B, shape benchShape, batch int) float64 {
 	ctx := context.Background()
+	pool := riverDatabase(b)
+	handled := newTally[int64](b.N)
+	clients, completed := startRiver(b, pool, shape, handled)
+
+	b.ResetTimer()
+	sendAll(b, b.N, batch, func(ctx context.Context, first, count int) error {
+		if count == 1 {
+			_, err := clients[0].Insert(ctx, riverArgs{N: first}, nil)
+			return err
+		}
+		params := make([]river.InsertManyParams, count)
+		for i := range params {
+			params[i].Args = riverArgs{N: first + i}
+		}
+		_, err := clients[0].InsertMany(ctx, params)
+		return err
+	})
+	select {
+	case <-completed:
+	case <-time.After(benchWait):
+		b.Fatalf("River did not complete %d jobs in %s", b.N, benchWait)
+	}
+	b.StopTimer()
+	handled.wait(b, "River handled")
+	var done int
+	if err := pool.QueryRow(ctx, `select count(*) from river_job where state = 'completed'`).Scan(&done); err != nil {
+		b.Fatal(err)
+	}
+	if done != b.N {
+		b.Fatalf("%d of %d River jobs completed in the table", done, b.N)
+	}
+	return reportRate(b, handled.duplicates())
+}
+
+// riverDatabase opens a pool on a fresh database for b and runs River's
+// migrations in it.
+func riverDatabase(b *testing.B) *pgxpool.Pool {
+	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(storetest.Source(b))
 	if err != nil {
 		b.Fatal(err)
@@ -359,10 +397,16 @@ func benchRiver(b *testing.B, shape benchShape, batch int) float64 {
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		b.Fatalf("River's migrations: %v", err)
 	}
+	return pool
+}
 
-	handled := newTally[int64](b.N)
+// startRiver starts shape.consumers River clients on pool whose workers add
+// to handled, and returns them with a channel closed once b.N
+// job_completed events have arrived. They stop when b ends.
+func startRiver(b *testing.B, pool *pgxpool.Pool, shape benchShape, handled *tally[int64]) ([]*river.Client[pgx.Tx], <-chan struct{}) {
+	ctx := context.Background()
 	var completed atomic.Int64
-	allCompleted := make(chan struct{})
+	all := make(chan struct{})
 	clients := make([]*river.Client[pgx.Tx], shape.consumers)
 	for i := range clients {
 		workers := river.NewWorkers()
@@ -383,7 +427,7 @@ func benchRiver(b *testing.B, shape benchShape, batch int) float64 {
 			defer close(counted)
 			for range ch {
 				if completed.Add(1) == int64(b.N) {
-					close(allCompleted)
+					close(all)
 				}
 			}
 		}()
@@ -399,33 +443,5 @@ func benchRiver(b *testing.B, shape benchShape, batch int) float64 {
 		})
 		clients[i] = client
 	}
-
-	b.ResetTimer()
-	sendAll(b, b.N, batch, func(ctx context.Context, first, count int) error {
-		if count == 1 {
-			_, err := clients[0].Insert(ctx, riverArgs{N: first}, nil)
-			return err
-		}
-		params := make([]river.InsertManyParams, count)
-		for i := range params {
-			params[i].Args = riverArgs{N: first + i}
-		}
-		_, err := clients[0].InsertMany(ctx, params)
-		return err
-	})
-	select {
-	case <-allCompleted:
-	case <-time.After(benchWait):
-		b.Fatalf("River completed %d of %d jobs after %s", completed.Load(), b.N, benchWait)
-	}
-	b.StopTimer()
-	handled.wait(b, "River handled")
-	var done int
-	if err := pool.QueryRow(ctx, `select count(*) from river_job where state = 'completed'`).Scan(&done); err != nil {
-		b.Fatal(err)
-	}
-	if done != b.N {
-		b.Fatalf("%d of %d River jobs completed in the table", done, b.N)
-	}
-	return reportRate(b, handled.duplicates())
+	return clients, all
 }
