@@ -66,6 +66,11 @@ type Item struct {
 	Subject string
 	// Seq orders the items of one subject as they were acknowledged.
 	Seq int64
+	// Sent and Acked are when the request went out and when its
+	// acknowledgement came back. Requests of one subject that overlapped have
+	// no order between them; one acknowledged before another was sent must
+	// take effect first.
+	Sent, Acked time.Time
 }
 
 // Opts configure Run.
@@ -360,7 +365,8 @@ func drive(ctx context.Context, opts Opts, g generator, rec *recorder) {
 					rec.fail(errorKind(err))
 					continue
 				}
-				rec.ok(time.Since(t0))
+				item.Sent, item.Acked = t0, time.Now()
+				rec.ok(item.Acked.Sub(t0))
 				if opts.OnAccepted != nil {
 					opts.OnAccepted(item)
 				}
