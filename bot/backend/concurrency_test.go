@@ -5,14 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
-	"time"
 
 	"switchyard/bot/contract"
 	"switchyard/store"
 	"switchyard/store/storetest"
-	"switchyard/testwait"
 )
 
 // These tests are about write transactions that run side by side, which only
@@ -22,98 +19,6 @@ import (
 // the holder's commit and writes after it — the interleaving in which a
 // decision taken from a stale read does harm.
 
-// pgOnly skips tb on SQLite: its single writer runs one write transaction at
-// a time, so the interleaving why names cannot happen there.
-func pgOnly(tb testing.TB, why string) {
-	tb.Helper()
-	if !storetest.Postgres() {
-		tb.Skip("PostgreSQL only: " + why)
-	}
-}
-
-// lockWaiters counts the sessions of db's database that wait for a lock.
-func lockWaiters(tb testing.TB, db *store.DB) int {
-	tb.Helper()
-	var n int
-	if err := db.Read.QueryRow(`select count(*) from pg_stat_activity
-		where datname = current_database() and wait_event_type = 'Lock'`).Scan(&n); err != nil {
-		tb.Fatal(err)
-	}
-	return n
-}
-
-// lockRace is a transaction of the test that holds locks while calls start.
-type lockRace struct {
-	t     testing.TB
-	db    *store.DB
-	tx    *sql.Tx
-	mu    sync.Mutex
-	calls []chan error
-	ended int
-}
-
-// holdLocks begins a transaction on db and runs hold in it; its locks stay
-// held until release.
-func holdLocks(t testing.TB, db *store.DB, hold func(tx *sql.Tx) error) *lockRace {
-	t.Helper()
-	tx, err := db.Write.BeginTx(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback() })
-	if err := hold(tx); err != nil {
-		t.Fatalf("take the locks: %v", err)
-	}
-	return &lockRace{t: t, db: db, tx: tx}
-}
-
-// start runs call in a goroutine and returns once every call started so far
-// waits for a lock or has returned.
-func (r *lockRace) start(call func() error) {
-	r.t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		err := call()
-		done <- err
-		r.mu.Lock()
-		r.ended++
-		r.mu.Unlock()
-	}()
-	r.calls = append(r.calls, done)
-	want := len(r.calls)
-	testwait.Until(r.t, 30*time.Second, fmt.Sprintf("%d calls waiting for a lock or returned", want), func() bool {
-		r.mu.Lock()
-		ended := r.ended
-		r.mu.Unlock()
-		return ended+lockWaiters(r.t, r.db) >= want
-	})
-}
-
-// returned counts the calls that have returned.
-func (r *lockRace) returned() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.ended
-}
-
-// release commits the holder's transaction and returns the calls' errors, in
-// the order they started.
-func (r *lockRace) release() []error {
-	r.t.Helper()
-	if err := r.tx.Commit(); err != nil {
-		r.t.Fatalf("commit the holder: %v", err)
-	}
-	errs := make([]error, len(r.calls))
-	for i, done := range r.calls {
-		select {
-		case errs[i] = <-done:
-		case <-time.After(30 * time.Second):
-			r.t.Fatalf("call %d did not return within 30 s of the holder's commit", i)
-		}
-	}
-	return errs
-}
-
 func TestConcurrentAcks(t *testing.T) {
 	t.Parallel()
 	const why = "an ack that reads before another ack commits"
@@ -121,20 +26,20 @@ func TestConcurrentAcks(t *testing.T) {
 
 	t.Run("a retry ack that read the event before a processed ack committed leaves it processed", func(t *testing.T) {
 		t.Parallel()
-		pgOnly(t, why)
+		storetest.PostgresOnly(t, why)
 		e := newBackendEnv(t)
 		id := emitMany(t, e.b.Outbox(), 1, Target{MagnetUID: 1})[0]
-		processed := holdLocks(t, e.db, func(tx *sql.Tx) error {
+		processed := storetest.HoldLocks(t, e.db, func(tx *sql.Tx) error {
 			_, err := tx.Exec(ackProcessedSQL, store.TS(e.clock.Now()), id)
 			return err
 		})
 		var res contract.AckResult
-		processed.start(func() error {
+		processed.Start(func() error {
 			var err error
 			res, err = e.b.Outbox().Ack(ctx, contract.AckRequest{RetryIDs: []contract.EventID{id}, Errors: map[string]string{itoa(id): "late"}})
 			return err
 		})
-		if err := processed.release()[0]; err != nil {
+		if err := processed.Release()[0]; err != nil {
 			t.Fatal(err)
 		}
 		rec := e.event(t, id)
@@ -148,24 +53,24 @@ func TestConcurrentAcks(t *testing.T) {
 
 	t.Run("two retry acks of one due event count one attempt", func(t *testing.T) {
 		t.Parallel()
-		pgOnly(t, why)
+		storetest.PostgresOnly(t, why)
 		e := newBackendEnv(t)
 		id := emitMany(t, e.b.Outbox(), 1, Target{MagnetUID: 1})[0]
 		// The test's transaction holds the row as an ack would; both acks
 		// read the event due and wait.
-		held := holdLocks(t, e.db, func(tx *sql.Tx) error {
+		held := storetest.HoldLocks(t, e.db, func(tx *sql.Tx) error {
 			_, err := tx.Exec(`update bot_event_outbox set last_error = last_error where id = ?`, id)
 			return err
 		})
 		results := make([]contract.AckResult, 2)
 		for i := range results {
-			held.start(func() error {
+			held.Start(func() error {
 				var err error
 				results[i], err = e.b.Outbox().Ack(ctx, contract.AckRequest{RetryIDs: []contract.EventID{id}})
 				return err
 			})
 		}
-		if err := errors.Join(held.release()...); err != nil {
+		if err := errors.Join(held.Release()...); err != nil {
 			t.Fatal(err)
 		}
 		if rec := e.event(t, id); rec.Attempts != 1 || results[0].Retried+results[1].Retried != 1 {
@@ -175,19 +80,19 @@ func TestConcurrentAcks(t *testing.T) {
 
 	t.Run("a redrive that read the event before a processed ack committed answers ErrEventProcessed and keeps it", func(t *testing.T) {
 		t.Parallel()
-		pgOnly(t, why)
+		storetest.PostgresOnly(t, why)
 		e := newBackendEnv(t)
 		id := emitMany(t, e.b.Outbox(), 1, Target{MagnetUID: 1})[0]
 		e.ack(t, contract.AckRequest{RetryIDs: []contract.EventID{id}, Errors: map[string]string{itoa(id): "boom"}})
-		processed := holdLocks(t, e.db, func(tx *sql.Tx) error {
+		processed := storetest.HoldLocks(t, e.db, func(tx *sql.Tx) error {
 			_, err := tx.Exec(ackProcessedSQL, store.TS(e.clock.Now()), id)
 			return err
 		})
-		processed.start(func() error {
+		processed.Start(func() error {
 			_, err := e.b.Outbox().Redrive(ctx, id)
 			return err
 		})
-		if err := processed.release()[0]; !errors.Is(err, contract.ErrEventProcessed) {
+		if err := processed.Release()[0]; !errors.Is(err, contract.ErrEventProcessed) {
 			t.Fatalf("redrive: %v, want ErrEventProcessed", err)
 		}
 		if rec := e.event(t, id); rec.ProcessedAt == nil || rec.Attempts != 1 || rec.NextRetryAt == nil {
@@ -200,18 +105,18 @@ func TestConcurrentEmitOrder(t *testing.T) {
 	t.Parallel()
 	t.Run("a user's later event is not handed out before an earlier one that has not committed", func(t *testing.T) {
 		t.Parallel()
-		pgOnly(t, "transactions that emit for one user side by side")
+		storetest.PostgresOnly(t, "transactions that emit for one user side by side")
 		e := newBackendEnv(t)
 		ctx := context.Background()
 		target := Target{MagnetUID: 7}
 		var first contract.EventID
-		earlier := holdLocks(t, e.db, func(tx *sql.Tx) error {
+		earlier := storetest.HoldLocks(t, e.db, func(tx *sql.Tx) error {
 			var err error
 			first, err = e.b.Outbox().EmitTx(ctx, tx, NewEvent{Type: contract.EventWalletConnected, Target: target})
 			return err
 		})
 		var second contract.EventID
-		earlier.start(func() error {
+		earlier.Start(func() error {
 			var err error
 			second, err = e.b.Outbox().Emit(ctx, NewEvent{Type: contract.EventRegistered, Target: target})
 			return err
@@ -219,7 +124,7 @@ func TestConcurrentEmitOrder(t *testing.T) {
 		if got := e.pending(t, ""); len(got) != 0 {
 			t.Fatalf("pending %v while event %d of the same user is not committed: the user's order breaks", eventIDs(got), first)
 		}
-		if err := earlier.release()[0]; err != nil {
+		if err := earlier.Release()[0]; err != nil {
 			t.Fatal(err)
 		}
 		if got := eventIDs(e.pending(t, "")); fmt.Sprint(got) != fmt.Sprint([]contract.EventID{first, second}) {
@@ -236,8 +141,8 @@ func TestConcurrentActions(t *testing.T) {
 	// holdUser locks uid's row as a concurrent change to the account would;
 	// the lock (for update) also holds back an insert that references the
 	// row, such as a connect token's.
-	holdUser := func(t *testing.T, e *backendEnv, uid contract.UID) *lockRace {
-		return holdLocks(t, e.db, func(tx *sql.Tx) error {
+	holdUser := func(t *testing.T, e *backendEnv, uid contract.UID) *storetest.LockRace {
+		return storetest.HoldLocks(t, e.db, func(tx *sql.Tx) error {
 			_, err := tx.Exec(`select uid from users where uid = ? for update`, uid)
 			return err
 		})
@@ -264,18 +169,18 @@ func TestConcurrentActions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			pgOnly(t, why)
+			storetest.PostgresOnly(t, why)
 			e := newBackendEnv(t)
 			leader := e.createUser(t, "leader", "5001")
 			u := e.createUser(t, "partner", "5002")
 			held := holdUser(t, e, u.UID)
 			for range 2 {
-				held.start(func() error {
+				held.Start(func() error {
 					_, err := tc.action(e.b, u.UID, leader.UID)
 					return err
 				})
 			}
-			if err := errors.Join(held.release()...); err != nil {
+			if err := errors.Join(held.Release()...); err != nil {
 				t.Fatal(err)
 			}
 			events, err := e.b.Outbox().ListEvents(ctx, EventFilter{})
@@ -294,7 +199,7 @@ func TestConcurrentActions(t *testing.T) {
 
 	t.Run("an account created meanwhile with the same link is ErrLinkTaken, not a failure", func(t *testing.T) {
 		t.Parallel()
-		pgOnly(t, why)
+		storetest.PostgresOnly(t, why)
 		e := newBackendEnv(t)
 		for _, tc := range []struct {
 			link string
@@ -304,16 +209,16 @@ func TestConcurrentActions(t *testing.T) {
 			{"taken", "", contract.ErrLinkTaken},
 			{"free", "6001", contract.ErrTelegramTaken},
 		} {
-			held := holdLocks(t, e.db, func(tx *sql.Tx) error {
+			held := storetest.HoldLocks(t, e.db, func(tx *sql.Tx) error {
 				_, err := tx.Exec(`insert into users (link, name, telegram_id, created_at) values (?, 'First', '6001', ?)`,
 					"taken", store.TS(e.clock.Now()))
 				return err
 			})
-			held.start(func() error {
+			held.Start(func() error {
 				_, err := e.b.CreateUser(ctx, NewUser{Link: tc.link, Name: "Second", TelegramID: tc.tg})
 				return err
 			})
-			if err := held.release()[0]; !errors.Is(err, tc.want) {
+			if err := held.Release()[0]; !errors.Is(err, tc.want) {
 				t.Fatalf("create %s/%s: %v, want %v", tc.link, tc.tg, err, tc.want)
 			}
 			if _, err := e.db.Write.Exec(`delete from users`); err != nil {
@@ -324,10 +229,10 @@ func TestConcurrentActions(t *testing.T) {
 
 	t.Run("a notification stored meanwhile under the same dedup key is returned, not a failure", func(t *testing.T) {
 		t.Parallel()
-		pgOnly(t, why)
+		storetest.PostgresOnly(t, why)
 		e := newBackendEnv(t)
 		u := e.createUser(t, "user", "5001")
-		held := holdLocks(t, e.db, func(tx *sql.Tx) error {
+		held := storetest.HoldLocks(t, e.db, func(tx *sql.Tx) error {
 			_, err := tx.Exec(`insert into web_notifications (uid, kind, text, dedup_key, created_at) values (?, 'dm', 'first', 'k', ?)`,
 				u.UID, store.TS(e.clock.Now()))
 			return err
@@ -336,12 +241,12 @@ func TestConcurrentActions(t *testing.T) {
 			note    contract.Notification
 			created bool
 		)
-		held.start(func() error {
+		held.Start(func() error {
 			var err error
 			note, created, err = e.b.AddNotification(ctx, contract.NewNotification{UID: u.UID, Kind: "dm", Text: "second", DedupKey: "k"})
 			return err
 		})
-		if err := held.release()[0]; err != nil {
+		if err := held.Release()[0]; err != nil {
 			t.Fatal(err)
 		}
 		if created || note.Text != "first" {
@@ -351,7 +256,7 @@ func TestConcurrentActions(t *testing.T) {
 
 	t.Run("one connect token redeemed twice at once by two Telegram ids: one wins, the other is ErrTokenUsed", func(t *testing.T) {
 		t.Parallel()
-		pgOnly(t, why)
+		storetest.PostgresOnly(t, why)
 		e := newBackendEnv(t)
 		u := e.createUser(t, "user", "")
 		link, err := e.b.MintConnectLink(ctx, u.UID)
@@ -359,17 +264,17 @@ func TestConcurrentActions(t *testing.T) {
 			t.Fatal(err)
 		}
 		token, _ := contract.ParseConnectPayload(link.StartParam)
-		held := holdLocks(t, e.db, func(tx *sql.Tx) error {
+		held := storetest.HoldLocks(t, e.db, func(tx *sql.Tx) error {
 			_, err := tx.Exec(`update telegram_connect_tokens set created_at = created_at where token = ?`, token)
 			return err
 		})
 		for _, tg := range []contract.TelegramID{"7001", "7002"} {
-			held.start(func() error {
+			held.Start(func() error {
 				_, err := e.b.RedeemConnect(ctx, link.StartParam, tg)
 				return err
 			})
 		}
-		errs := held.release()
+		errs := held.Release()
 		if errs[0] != nil || !errors.Is(errs[1], contract.ErrTokenUsed) {
 			t.Fatalf("redemptions: %v; want the first to win and the second ErrTokenUsed", errs)
 		}
@@ -384,19 +289,19 @@ func TestConcurrentActions(t *testing.T) {
 
 	t.Run("two connect links minted at once are one token", func(t *testing.T) {
 		t.Parallel()
-		pgOnly(t, why)
+		storetest.PostgresOnly(t, why)
 		e := newBackendEnv(t)
 		u := e.createUser(t, "user", "")
 		held := holdUser(t, e, u.UID)
 		links := make([]contract.ConnectLink, 2)
 		for i := range links {
-			held.start(func() error {
+			held.Start(func() error {
 				var err error
 				links[i], err = e.b.MintConnectLink(ctx, u.UID)
 				return err
 			})
 		}
-		if err := errors.Join(held.release()...); err != nil {
+		if err := errors.Join(held.Release()...); err != nil {
 			t.Fatal(err)
 		}
 		var tokens int
@@ -410,28 +315,28 @@ func TestConcurrentActions(t *testing.T) {
 
 	t.Run("an action's lock on the account does not hold back a notification that only references it", func(t *testing.T) {
 		t.Parallel()
-		pgOnly(t, why)
+		storetest.PostgresOnly(t, why)
 		e := newBackendEnv(t)
 		u := e.createUser(t, "user", "5001")
-		held := holdLocks(t, e.db, func(tx *sql.Tx) error {
+		held := storetest.HoldLocks(t, e.db, func(tx *sql.Tx) error {
 			_, err := tx.Exec(`select uid from users where uid = ?`+e.b.forUpdate(), u.UID)
 			return err
 		})
-		held.start(func() error {
+		held.Start(func() error {
 			_, _, err := e.b.AddNotification(ctx, contract.NewNotification{UID: u.UID, Kind: "dm", Text: "hi", DedupKey: "k"})
 			return err
 		})
-		if held.returned() != 1 {
+		if held.Returned() != 1 {
 			t.Fatal("a notification waited for the lock an action holds on its account")
 		}
-		if err := held.release()[0]; err != nil {
+		if err := held.Release()[0]; err != nil {
 			t.Fatal(err)
 		}
 	})
 
 	t.Run("a binding and a redemption of another Telegram id at once do not both succeed", func(t *testing.T) {
 		t.Parallel()
-		pgOnly(t, why)
+		storetest.PostgresOnly(t, why)
 		e := newBackendEnv(t)
 		u := e.createUser(t, "user", "")
 		e.preview(t, u.UID, "7001")
@@ -440,15 +345,15 @@ func TestConcurrentActions(t *testing.T) {
 			t.Fatal(err)
 		}
 		held := holdUser(t, e, u.UID)
-		held.start(func() error {
+		held.Start(func() error {
 			_, err := e.b.BindTelegram(ctx, u.UID, "7001")
 			return err
 		})
-		held.start(func() error {
+		held.Start(func() error {
 			_, err := e.b.RedeemConnect(ctx, link.StartParam, "7002")
 			return err
 		})
-		errs := held.release()
+		errs := held.Release()
 		if errs[0] != nil || !errors.Is(errs[1], contract.ErrAccountBound) {
 			t.Fatalf("bind, redeem: %v; want the bind to win and the redemption ErrAccountBound", errs)
 		}

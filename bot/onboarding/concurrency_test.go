@@ -5,15 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
-	"time"
 
 	"switchyard/bot/backend"
 	"switchyard/bot/contract"
 	"switchyard/store"
 	"switchyard/store/storetest"
-	"switchyard/testwait"
 )
 
 // These tests are about write transactions that run side by side, or run
@@ -22,96 +19,11 @@ import (
 // of them waits for a lock, and only then commit: every call has then read
 // the row before the holder's commit and writes after it.
 
-// pgOnly skips tb on SQLite: its single writer runs one write transaction at
-// a time and never runs one again, so what why names cannot happen there.
-func pgOnly(tb testing.TB, why string) {
-	tb.Helper()
-	if !storetest.Postgres() {
-		tb.Skip("PostgreSQL only: " + why)
-	}
-}
-
-// lockWaiters counts the sessions of db's database that wait for a lock.
-func lockWaiters(tb testing.TB, db *store.DB) int {
-	tb.Helper()
-	var n int
-	if err := db.Read.QueryRow(`select count(*) from pg_stat_activity
-		where datname = current_database() and wait_event_type = 'Lock'`).Scan(&n); err != nil {
-		tb.Fatal(err)
-	}
-	return n
-}
-
-// lockRace is a transaction of the test that holds locks while calls start.
-type lockRace struct {
-	t     testing.TB
-	db    *store.DB
-	tx    *sql.Tx
-	mu    sync.Mutex
-	calls []chan error
-	ended int
-}
-
-// holdLocks begins a transaction on db and runs q in it; its locks stay
-// held until release.
-func holdLocks(t testing.TB, db *store.DB, q string, args ...any) *lockRace {
-	t.Helper()
-	tx, err := db.Write.BeginTx(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback() })
-	if _, err := tx.Exec(q, args...); err != nil {
-		t.Fatalf("take the locks: %v", err)
-	}
-	return &lockRace{t: t, db: db, tx: tx}
-}
-
-// start runs call in a goroutine and returns once every call started so far
-// waits for a lock or has returned.
-func (r *lockRace) start(call func() error) {
-	r.t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		err := call()
-		done <- err
-		r.mu.Lock()
-		r.ended++
-		r.mu.Unlock()
-	}()
-	r.calls = append(r.calls, done)
-	want := len(r.calls)
-	testwait.Until(r.t, 30*time.Second, fmt.Sprintf("%d calls waiting for a lock or returned", want), func() bool {
-		r.mu.Lock()
-		ended := r.ended
-		r.mu.Unlock()
-		return ended+lockWaiters(r.t, r.db) >= want
-	})
-}
-
-// release commits the holder's transaction and returns the calls' errors, in
-// the order they started.
-func (r *lockRace) release() []error {
-	r.t.Helper()
-	if err := r.tx.Commit(); err != nil {
-		r.t.Fatalf("commit the holder: %v", err)
-	}
-	errs := make([]error, len(r.calls))
-	for i, done := range r.calls {
-		select {
-		case errs[i] = <-done:
-		case <-time.After(30 * time.Second):
-			r.t.Fatalf("call %d did not return within 30 s of the holder's commit", i)
-		}
-	}
-	return errs
-}
-
 func TestConcurrentFunnelChanges(t *testing.T) {
 	t.Parallel()
 	t.Run("two changes of one funnel at once both apply and the stage never moves back", func(t *testing.T) {
 		t.Parallel()
-		pgOnly(t, "the outbox consumer and the updates worker changing one funnel side by side")
+		storetest.PostgresOnly(t, "the outbox consumer and the updates worker changing one funnel side by side")
 		e := newOnbEnv(t)
 		b := e.newBot(e.db)
 		ctx := context.Background()
@@ -127,12 +39,12 @@ func TestConcurrentFunnelChanges(t *testing.T) {
 		// The consumer raises the stage for wallet_connected; the updates
 		// worker, deciding from the same row, asks for the step before it and
 		// records the prompt it showed.
-		held := holdLocks(t, e.db, `select telegram_id from bot_funnel where telegram_id = '6001' for update`)
-		held.start(func() error { return apply("event:1", funnelChange{Stage: StageWalletConnected}) })
-		held.start(func() error {
+		held := holdStatement(t, e.db, `select telegram_id from bot_funnel where telegram_id = '6001' for update`)
+		held.Start(func() error { return apply("event:1", funnelChange{Stage: StageWalletConnected}) })
+		held.Start(func() error {
 			return apply("update:777:2", funnelChange{Stage: StageWalletRequested, Bind: BindPrompted})
 		})
-		if err := errors.Join(held.release()...); err != nil {
+		if err := errors.Join(held.Release()...); err != nil {
 			t.Fatal(err)
 		}
 		f := e.funnel("6001")
@@ -158,7 +70,7 @@ func TestBatchRunAgain(t *testing.T) {
 	t.Parallel()
 	t.Run("a batch whose transaction PostgreSQL rolls back for a serialization failure runs again: each event once, none retried", func(t *testing.T) {
 		t.Parallel()
-		pgOnly(t, "Tx runs a transaction again only on PostgreSQL")
+		storetest.PostgresOnly(t, "Tx runs a transaction again only on PostgreSQL")
 		e := newOnbEnv(t)
 		b := e.newBot(e.db)
 		ctx := context.Background()
@@ -203,5 +115,15 @@ func TestBatchRunAgain(t *testing.T) {
 		if n := e.dms(); n != 2 {
 			t.Fatalf("%d DMs recorded, want the two new_partner DMs once each", n)
 		}
+	})
+}
+
+// holdStatement holds the locks q takes, run with args in a transaction of
+// the test, until Release.
+func holdStatement(t testing.TB, db *store.DB, q string, args ...any) *storetest.LockRace {
+	t.Helper()
+	return storetest.HoldLocks(t, db, func(tx *sql.Tx) error {
+		_, err := tx.Exec(q, args...)
+		return err
 	})
 }
