@@ -37,11 +37,25 @@ func FuzzRebind(f *testing.F) {
 			t.Skip("a $ in the input makes $n ambiguous to undo")
 		}
 		got := store.Rebind(s)
-		back := got
-		for n := strings.Count(s, "?"); n >= 1; n-- {
-			back = strings.ReplaceAll(back, "$"+strconv.Itoa(n), "?")
+		// Undo it: the k-th $ of the output (the input has none) must be $k,
+		// read as exactly that many digits, since a digit may follow a ?.
+		var back strings.Builder
+		n := 1
+		for i := 0; i < len(got); {
+			if got[i] != '$' {
+				back.WriteByte(got[i])
+				i++
+				continue
+			}
+			want := strconv.Itoa(n)
+			if !strings.HasPrefix(got[i+1:], want) {
+				t.Fatalf("Rebind(%q) = %q: placeholder %d is not $%s", s, got, n, want)
+			}
+			back.WriteByte('?')
+			i += 1 + len(want)
+			n++
 		}
-		if back != s {
+		if back.String() != s {
 			t.Fatalf("Rebind(%q) = %q, which is not the input with placeholders renamed", s, got)
 		}
 	})
