@@ -112,6 +112,9 @@ func TestPostgresTx(t *testing.T) {
 		if n := runs.Load(); n < 3 {
 			t.Fatalf("%d runs: no transaction was run again, so there was no deadlock to recover from", n)
 		}
+		if r := db.TxRetries(); r.Deadlock != int64(runs.Load()-2) || r.Serialization != 0 {
+			t.Errorf("TxRetries = %+v after %d runs of 2 transactions, want every rerun counted as a deadlock", r, runs.Load())
+		}
 		if n := hooks.Load(); n != 2 {
 			t.Fatalf("%d after-commit functions ran, want one per committed transaction", n)
 		}

@@ -89,6 +89,7 @@ type DB struct {
 	closed  atomic.Bool
 	commits commitLog
 	hooks   hooks
+	retries txRetries
 	corrupt atomic.Pointer[error] // the first corruption any statement met
 	ready   readiness
 	ext     sync.Map // Ext's values, by their owners' keys

@@ -33,8 +33,13 @@ type TxFunc func(tx *sql.Tx) error
 // When the shared commit fails, every caller in the batch gets the error and
 // none of their writes are kept.
 //
+// What fn gives BeforeCommit runs after fn returned nil, as the tail of the
+// caller's own transaction function: inside its savepoint, under the same
+// rules.
+//
 // On PostgreSQL there is no batch: each call is an ordinary READ COMMITTED
-// transaction from the writer pool, run again (up to maxTxAttempts) when
+// transaction from the writer pool, run again (up to maxTxAttempts, counted
+// by TxRetries and the metric switchyard_store_tx_retries_total) when
 // PostgreSQL rolled it back for a serialization failure or deadlock. fn must
 // therefore be safe to run more than once: it may set the caller's variables,
 // but anything it does outside the database belongs in AfterCommit. The
@@ -77,9 +82,10 @@ type txRequest struct {
 	fn    TxFunc
 	done  chan error
 	state atomic.Int32
-	// after holds the functions fn gave AfterCommit; they run once the
-	// batch committed with this caller's writes in it.
-	after []func()
+	// run holds what fn gave BeforeCommit (run inside the caller's
+	// savepoint) and AfterCommit (run once the batch committed with this
+	// caller's writes in it).
+	run txRun
 }
 
 // take claims req for running; false means its caller has left (or its ctx
@@ -261,30 +267,35 @@ func (b *batcher) commit(batch []*txRequest) {
 	b.commits.committed(nil)
 	for i, req := range batch {
 		if results[i] == nil {
-			runAfter(req.after)
+			runAfter(req.run.after)
 		}
 	}
 	answer(batch, results)
 }
 
-// run runs req's function, collecting what it gives AfterCommit.
+// runReq runs req's function and its before-commit functions, collecting
+// what they give AfterCommit.
 func (b *batcher) runReq(req *txRequest, tx *sql.Tx) error {
-	b.hooks.begin(tx, &req.after)
+	b.hooks.begin(tx, &req.run)
 	defer b.hooks.end(tx)
-	return runFunc(req.ctx, req.fn, tx)
+	return runFunc(req.ctx, req.fn, tx, b.hooks, &req.run)
 }
 
-// runFunc runs fn. A caller whose context ended while it ran gets the
+// runFunc runs fn and then, if it succeeded, the functions it gave
+// BeforeCommit. A caller whose context ended while they ran gets the
 // context's error, so that its writes are rolled back (with its savepoint,
 // its lone transaction, or its PostgreSQL transaction) while the rest of a
 // batch commits.
-func runFunc(ctx context.Context, fn TxFunc, tx *sql.Tx) (err error) {
+func runFunc(ctx context.Context, fn TxFunc, tx *sql.Tx, h *hooks, run *txRun) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("store: transaction function panicked: %v", p)
 		}
 	}()
 	err = fn(tx)
+	if err == nil && ctx.Err() == nil {
+		err = h.beforeCommit(ctx, run)
+	}
 	if cerr := ctx.Err(); cerr != nil && err == nil {
 		err = cerr
 	}
