@@ -736,16 +736,11 @@ func (a *Admin) Publish(ctx context.Context, topic, key string, value []byte) (P
 	if err != nil {
 		return Position{}, err
 	}
-	var pos Position
-	err = a.db.Tx(ctx, func(tx *sql.Tx) error {
-		var err error
-		pos, err = publish(ctx, tx, a.db, topic, ti.partitions, key, value)
-		return err
-	})
+	pos, err := publishBatch(ctx, a.db, topic, ti.partitions, []KeyValue{{Key: key, Value: value}})
 	if err != nil {
 		return Position{}, err
 	}
-	return pos, nil
+	return pos[0], nil
 }
 
 // Read reads the named topic's retained log.

@@ -111,7 +111,7 @@ func TestAfterCommit(t *testing.T) {
 
 		wake := topic.sig.wait()
 		err = db.Tx(t.Context(), func(tx *sql.Tx) error {
-			if _, err := topic.PublishTx(t.Context(), tx, "k", []byte("x")); err != nil {
+			if err := topic.PublishTx(t.Context(), tx, "k", []byte("x")); err != nil {
 				return err
 			}
 			if closed(wake) {
@@ -129,7 +129,7 @@ func TestAfterCommit(t *testing.T) {
 		wake = topic.sig.wait()
 		rollback := errors.New("roll back")
 		err = db.Tx(t.Context(), func(tx *sql.Tx) error {
-			if _, err := topic.PublishTx(t.Context(), tx, "k", []byte("y")); err != nil {
+			if err := topic.PublishTx(t.Context(), tx, "k", []byte("y")); err != nil {
 				return err
 			}
 			return rollback
@@ -188,7 +188,7 @@ func TestAfterCommit(t *testing.T) {
 			Group: "relay",
 			Retry: RetryPolicy{MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond},
 			Handler: func(ctx context.Context, tx *sql.Tx, r Record) error {
-				if _, err := out.PublishTx(ctx, tx, r.Key, r.Value); err != nil {
+				if err := out.PublishTx(ctx, tx, r.Key, r.Value); err != nil {
 					return err
 				}
 				if r.Attempt == 1 {
@@ -210,6 +210,77 @@ func TestAfterCommit(t *testing.T) {
 		})
 		if got := sentCount(t, out.name) - before; got != 1 {
 			t.Errorf("the relay's publishes counted %v, want 1: the rolled-back one counts nothing", got)
+		}
+	})
+
+	t.Run("a record handler that fails after publishing writes none of its records and wakes nobody, while one beside it in the chunk keeps its own", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		topics := map[string]*Topic{}
+		for _, name := range []string{"staged.in", "staged.ok", "staged.bad"} {
+			topic, err := NewTopic(t.Context(), TopicOpts{DB: db, Name: name, Partitions: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			topics[name] = topic
+		}
+		in, ok, bad := topics["staged.in"], topics["staged.ok"], topics["staged.bad"]
+		// Both records wait before the group starts, so one transaction
+		// handles them, each in its savepoint.
+		for _, v := range []string{"ok", "bad"} {
+			if _, err := in.Publish(t.Context(), v, []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		okBefore, badBefore := sentCount(t, ok.name), sentCount(t, bad.name)
+		okWake, badWake := ok.sig.wait(), bad.sig.wait()
+		sub, err := in.Subscribe(t.Context(), SubscribeOpts{
+			Group: "relay",
+			Handler: func(ctx context.Context, tx *sql.Tx, r Record) error {
+				if string(r.Value) == "ok" {
+					return ok.PublishTx(ctx, tx, r.Key, r.Value)
+				}
+				if err := ok.PublishTx(ctx, tx, r.Key, r.Value); err != nil {
+					return err
+				}
+				if err := bad.PublishTx(ctx, tx, r.Key, r.Value); err != nil {
+					return err
+				}
+				return Permanent(errors.New("fails after publishing to both topics"))
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Stop(context.Background()) })
+		testwait.Until(t, 20*time.Second, "both records finished, the bad one dead-lettered", func() bool {
+			var committed, dead int
+			_ = db.Read.QueryRow(`select committed from queue_group_offsets where topic = 'staged.in' and grp = 'relay'`).Scan(&committed)
+			_ = db.Read.QueryRow(`select count(*) from queue_dead where grp = 'relay'`).Scan(&dead)
+			return committed == 2 && dead == 1
+		})
+		recs, err := ok.Read(t.Context(), ReadFilter{})
+		if err != nil || len(recs) != 1 || string(recs[0].Value) != "ok" || recs[0].Offset != 0 {
+			t.Errorf("staged.ok holds %+v (%v), want the good record alone, at offset 0", recs, err)
+		}
+		var end int64
+		if err := db.Read.QueryRow(`select next_offset from queue_topic_partitions where topic = 'staged.ok'`).Scan(&end); err != nil || end != 1 {
+			t.Errorf("staged.ok ends at %d (%v), want 1: the failed record took no offset", end, err)
+		}
+		if recs, err := bad.Read(t.Context(), ReadFilter{}); err != nil || len(recs) != 0 {
+			t.Errorf("staged.bad holds %+v (%v), want nothing", recs, err)
+		}
+		if !closed(okWake) {
+			t.Error("the good record's publish did not wake staged.ok's subscribers")
+		}
+		if closed(badWake) {
+			t.Error("the failed record's publish woke staged.bad's subscribers")
+		}
+		if got := sentCount(t, ok.name) - okBefore; got != 1 {
+			t.Errorf("staged.ok counted %v publishes, want 1", got)
+		}
+		if got := sentCount(t, bad.name) - badBefore; got != 0 {
+			t.Errorf("staged.bad counted %v publishes, want 0", got)
 		}
 	})
 }

@@ -44,8 +44,10 @@
 // write transaction at a time; PostgreSQL runs them side by side, so there a
 // receive skips the rows another receive has locked (FOR UPDATE SKIP LOCKED),
 // a transaction that reads and writes an order key's slots holds the key's
-// advisory lock (lock.go), and a transaction of a partition's records locks
-// the group's offset row first.
+// advisory lock (lock.go), a transaction of a partition's records locks
+// the group's offset row first, and a transaction's publishes are written
+// just before its commit, taking their partitions' rows in one sorted order
+// (so that publishers to several partitions never deadlock).
 //
 // Admin is the operator's side: Stats for the console, the JSON admin API
 // (AdminRoutes), redrive and purge, and the janitor that applies retention.

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -283,19 +282,11 @@ func benchTopic(b *testing.B, batch int) float64 {
 			_, err := topic.Publish(ctx, key(first), benchBody(first))
 			return err
 		}
-		// In partition order: each publish locks its partition's row until
-		// the commit, and on PostgreSQL, where transactions run at once,
-		// batches taking the rows in different orders deadlock.
-		nums := make([]int, count)
-		for i := range nums {
-			nums[i] = first + i
-		}
-		slices.SortStableFunc(nums, func(x, y int) int {
-			return queue.PartitionFor(key(x), topic.Partitions()) - queue.PartitionFor(key(y), topic.Partitions())
-		})
+		// In the order they come: the topic takes a transaction's partitions
+		// in one order itself, at its pre-commit.
 		return db.Tx(ctx, func(tx *sql.Tx) error {
-			for _, n := range nums {
-				if _, err := topic.PublishTx(ctx, tx, key(n), benchBody(n)); err != nil {
+			for i := range count {
+				if err := topic.PublishTx(ctx, tx, key(first+i), benchBody(first+i)); err != nil {
 					return err
 				}
 			}

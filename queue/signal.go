@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"database/sql"
 	"sort"
 	"sync"
@@ -23,14 +24,14 @@ type hub struct {
 	stmts    stmtCache
 
 	scopesMu sync.Mutex
-	scopes   map[*sql.Tx]*[]func() // the record handlers running now, by transaction
+	scopes   map[*sql.Tx]*scope // the record handlers running now, by transaction
 }
 
 // hubKey is the key of the queue package's hub among a database's Ext values.
 type hubKey struct{}
 
 func newHub() any {
-	return &hub{signals: map[string]*signal{}, declared: map[string]bool{}, scopes: map[*sql.Tx]*[]func(){}}
+	return &hub{signals: map[string]*signal{}, declared: map[string]bool{}, scopes: map[*sql.Tx]*scope{}}
 }
 
 func hubFor(db *store.DB) *hub { return db.Ext(hubKey{}, newHub).(*hub) }
@@ -59,9 +60,9 @@ func (h *hub) signal(name string) *signal {
 func afterCommit(db *store.DB, tx *sql.Tx, fn func()) {
 	h := hubFor(db)
 	h.scopesMu.Lock()
-	list, ok := h.scopes[tx]
+	sc, ok := h.scopes[tx]
 	if ok {
-		*list = append(*list, fn)
+		sc.after = append(sc.after, fn)
 	}
 	h.scopesMu.Unlock()
 	if !ok {
@@ -69,22 +70,60 @@ func afterCommit(db *store.DB, tx *sql.Tx, fn func()) {
 	}
 }
 
-// openScope collects what afterCommit is given in tx from now on, until
-// closeScope, which returns it: a record handler runs in a savepoint of tx
-// that may roll back while tx commits.
-func (h *hub) openScope(tx *sql.Tx) *[]func() {
-	list := new([]func())
-	h.scopesMu.Lock()
-	h.scopes[tx] = list
-	h.scopesMu.Unlock()
-	return list
+// scope is what the sends and publishes of one record handler, running in a
+// savepoint of tx that may roll back while tx commits, leave for later: the
+// functions to run after the commit, and the records to write before it.
+type scope struct {
+	after   []func()
+	records []*staged
 }
 
-func (h *hub) closeScope(tx *sql.Tx, list *[]func()) []func() {
+// stageInScope adds recs, published in tx, to the scope open in tx and
+// reports whether there was one.
+func (h *hub) stageInScope(tx *sql.Tx, recs []*staged) bool {
 	h.scopesMu.Lock()
-	delete(h.scopes, tx)
+	defer h.scopesMu.Unlock()
+	sc, ok := h.scopes[tx]
+	if ok {
+		sc.records = append(sc.records, recs...)
+	}
+	return ok
+}
+
+// openScope collects what afterCommit and the publishes are given in tx from
+// now on, until keepScope or closeScope: a record handler runs in a
+// savepoint of tx that may roll back while tx commits.
+func (h *hub) openScope(tx *sql.Tx) *scope {
+	sc := new(scope)
+	h.scopesMu.Lock()
+	h.scopes[tx] = sc
 	h.scopesMu.Unlock()
-	return *list
+	return sc
+}
+
+// keepScope closes the scope of a record whose savepoint was released: its
+// records join tx's other publishes, written just before the commit, and its
+// after-commit functions wait for the commit.
+func (h *hub) keepScope(ctx context.Context, db *store.DB, tx *sql.Tx, sc *scope) error {
+	h.closeScope(tx, sc)
+	if err := stageTx(ctx, db, tx, sc.records); err != nil {
+		return err
+	}
+	for _, fn := range sc.after {
+		db.AfterCommit(tx, fn)
+	}
+	return nil
+}
+
+// closeScope closes the scope of a record whose savepoint rolled back (or
+// whose transaction fails): its records are never written and its
+// after-commit functions never run.
+func (h *hub) closeScope(tx *sql.Tx, sc *scope) {
+	h.scopesMu.Lock()
+	if h.scopes[tx] == sc {
+		delete(h.scopes, tx)
+	}
+	h.scopesMu.Unlock()
 }
 
 func (h *hub) declare(queue string) {

@@ -119,11 +119,12 @@ func hotQueries(db *store.DB) []string {
 		deleteDeliveredQuery, deleteRetryQuery, deleteOrderQuery, unparkQuery, releaseQuery,
 		takeDeliveredQuery, orderSlotQuery, firstFailedQuery, insertDeadQuery, insertFailureQuery,
 		retryMessageQuery, upsertRetryQuery, receiveSQL(db), orderKeyQuery,
-		nextOffsetQuery, appendQuery,
+		takeOffsetsQuery,
 		savepointQuery, releaseSavepointQuery, rollbackSavepointQuery,
 		deleteRecordRetryQuery, advanceQuery, insertDoneQuery, insertRecordRetryQuery, updateRecordRetryQuery,
 		firstFailedRecordQuery, committedQuery, doneAboveQuery, setCommittedQuery, deleteDoneBelowQuery,
 	}
+	queries = append(queries, appendQueries...)
 	if db.Postgres() {
 		queries = append(queries, lockKeyQuery, lockSharedQuery, lockGroupPartitionQuery)
 	}

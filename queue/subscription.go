@@ -667,10 +667,11 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 					hubFor(s.db).closeScope(tx, scope)
 					return 0, err
 				}
-				// What the handler's sends and publishes do after the commit
-				// now waits for the transaction's commit.
-				for _, fn := range hubFor(s.db).closeScope(tx, scope) {
-					s.db.AfterCommit(tx, fn)
+				// The handler's publishes now wait for the transaction's
+				// pre-commit, and what its sends and publishes do after the
+				// commit for the commit.
+				if err := hubFor(s.db).keepScope(ctx, s.db, tx, scope); err != nil {
+					return 0, err
 				}
 				out.kind = outcomeDone
 				continue

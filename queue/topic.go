@@ -1,12 +1,17 @@
 package queue
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math/bits"
+	"slices"
+	"strings"
 	"time"
 
 	"switchyard/store"
@@ -135,68 +140,236 @@ func PartitionFor(key string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
+// KeyValue is a record to publish: its key chooses the partition.
+type KeyValue struct {
+	Key   string
+	Value []byte
+}
+
 // Publish appends a record in its own transaction (grouped with concurrent
-// writers) and returns once it is committed.
+// writers) and returns where it was written, once it is committed.
 func (t *Topic) Publish(ctx context.Context, key string, value []byte) (Position, error) {
-	var pos Position
-	err := t.db.Tx(ctx, func(tx *sql.Tx) error {
-		var err error
-		pos, err = publish(ctx, tx, t.db, t.name, t.partitions, key, value)
-		return err
-	})
+	pos, err := t.PublishBatch(ctx, []KeyValue{{Key: key, Value: value}})
 	if err != nil {
 		return Position{}, err
 	}
-	return pos, nil
+	return pos[0], nil
+}
+
+// PublishBatch appends records in one transaction of their own, all or none,
+// and returns where each was written (in the order of recs) once they are
+// committed. The records of one key keep the order of recs.
+func (t *Topic) PublishBatch(ctx context.Context, recs []KeyValue) ([]Position, error) {
+	return publishBatch(ctx, t.db, t.name, t.partitions, recs)
+}
+
+func publishBatch(ctx context.Context, db *store.DB, topic string, partitions int, recs []KeyValue) ([]Position, error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	positions := make([]Position, len(recs))
+	st, err := stagedRecords(topic, partitions, recs, positions)
+	if err != nil {
+		return nil, err
+	}
+	// The records are written at the transaction's pre-commit, which fills
+	// positions in; on PostgreSQL a run that is retried fills them again.
+	if err := db.Tx(ctx, func(tx *sql.Tx) error { return stageTx(ctx, db, tx, st) }); err != nil {
+		return nil, err
+	}
+	return positions, nil
 }
 
 // PublishTx appends a record inside the caller's transaction: it exists, and
 // its offset is taken, if and only if the transaction commits. Once it has
 // committed, subscribers in this process are woken and the publish is
 // counted; a transaction that rolls back (or, on PostgreSQL, is run again),
-// or the savepoint of a record handler that fails, wakes nobody and counts
-// nothing. tx must be a transaction of db.Tx (see Queue.SendTx).
-func (t *Topic) PublishTx(ctx context.Context, tx *sql.Tx, key string, value []byte) (Position, error) {
-	pos, err := publish(ctx, tx, t.db, t.name, t.partitions, key, value)
+// or the savepoint of a record handler that fails, writes nothing, wakes
+// nobody and counts nothing. tx must be a transaction of db.Tx (see
+// Queue.SendTx).
+//
+// The record is not written at once: the transaction's records are written
+// together just before it commits (store.DB.BeforeCommit), grouped by topic
+// and partition in one fixed order, each partition's offsets taken with one
+// statement. A partition's row is locked from its offsets until the commit,
+// so that records commit in offset order; taking the rows in one order, and
+// only for the tail of the transaction, is what keeps transactions that
+// publish to several partitions from deadlocking each other. Hence no
+// Position: it is known at the commit (Publish and PublishBatch return it).
+// The records of one key keep the order of their PublishTx calls. For a
+// transaction that db.Tx did not begin, the record is written at once.
+func (t *Topic) PublishTx(ctx context.Context, tx *sql.Tx, key string, value []byte) error {
+	st, err := stagedRecords(t.name, t.partitions, []KeyValue{{Key: key, Value: value}}, nil)
 	if err != nil {
-		return Position{}, err
+		return err
 	}
-	return pos, nil
+	if hubFor(t.db).stageInScope(tx, st) {
+		return nil // a record handler's: kept if its savepoint is (keepScope)
+	}
+	return stageTx(ctx, t.db, tx, st)
+}
+
+// staged is a record published in a transaction and not yet written.
+type staged struct {
+	topic     string
+	partition int
+	key       string
+	value     []byte
+	offset    int64     // set when written
+	pos       *Position // when not nil, set to where it was written
+}
+
+// stagedRecords checks recs and makes them staged records of topic;
+// positions, when not nil, get where each is written.
+func stagedRecords(topic string, partitions int, recs []KeyValue, positions []Position) ([]*staged, error) {
+	out := make([]*staged, len(recs))
+	for i, r := range recs {
+		if r.Key == "" {
+			if len(recs) == 1 {
+				return nil, fmt.Errorf("queue: publish to %s: empty key", topic)
+			}
+			return nil, fmt.Errorf("queue: publish to %s: record %d: empty key", topic, i)
+		}
+		// A copy: the caller may reuse its buffer before the record is written.
+		value := bytes.Clone(r.Value)
+		if value == nil {
+			value = []byte{}
+		}
+		out[i] = &staged{topic: topic, partition: PartitionFor(r.Key, partitions), key: r.Key, value: value}
+		if positions != nil {
+			out[i].pos = &positions[i]
+		}
+	}
+	return out, nil
+}
+
+// pendingLog is what one run of a transaction function published outside
+// any record handler's scope, in call order, kept by the store for that run
+// (store.DB.TxValue) until its pre-commit writes it.
+type pendingLog struct {
+	recs    []*staged
+	written bool // the pre-commit has run: later records are written at once
+}
+
+type pendingLogKey struct{}
+
+// stageTx adds recs to tx's pending records, to be written just before tx
+// commits; in a transaction db.Tx did not begin, it writes them at once.
+func stageTx(ctx context.Context, db *store.DB, tx *sql.Tx, recs []*staged) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	v, ok := db.TxValue(tx, pendingLogKey{}, func() any {
+		p := new(pendingLog)
+		db.BeforeCommit(tx, func(ctx context.Context) error {
+			p.written = true
+			return writeRecords(ctx, db, tx, p.recs)
+		})
+		return p
+	})
+	if !ok || v.(*pendingLog).written {
+		// Not a transaction of db.Tx, or published by another before-commit
+		// function after the records were written.
+		return writeRecords(ctx, db, tx, recs)
+	}
+	p := v.(*pendingLog)
+	p.recs = append(p.recs, recs...)
+	return nil
 }
 
 const (
-	nextOffsetQuery = `
-		update queue_topic_partitions set next_offset = next_offset + 1
+	// takeOffsetsQuery takes a partition's next n offsets and returns the
+	// offset after them. Its row stays locked until the commit: another
+	// transaction's offsets of the partition are taken after this one's
+	// records are committed (or rolled back, returning the offsets).
+	takeOffsetsQuery = `
+		update queue_topic_partitions set next_offset = next_offset + ?
 		where topic = ? and partition_id = ?
-		returning next_offset - 1`
-	appendQuery = `
+		returning next_offset`
+	appendQueryHead = `
 		insert into queue_topic_log (topic, partition_id, log_offset, key, value, published_at)
-		values (?, ?, ?, ?, ?, ?)`
+		values `
+	// maxAppendRows is the most records one insert writes.
+	maxAppendRows = 128
 )
 
-func publish(ctx context.Context, tx *sql.Tx, db *store.DB, topic string, partitions int, key string, value []byte) (Position, error) {
-	if key == "" {
-		return Position{}, fmt.Errorf("queue: publish to %s: empty key", topic)
+// appendQueries[i] appends 1<<i records in one statement. A transaction's
+// records are written in chunks of these sizes (500 records take 7
+// statements), so that the writer prepares a handful of texts rather than
+// one for every count.
+var appendQueries = func() []string {
+	var qs []string
+	for n := 1; n <= maxAppendRows; n *= 2 {
+		qs = append(qs, appendQueryHead+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", n), ", "))
 	}
-	if value == nil {
-		value = []byte{}
+	return qs
+}()
+
+// writeRecords writes the records a transaction published: grouped by topic
+// and partition in sorted order (call order within each), one offset update
+// per partition, then multi-row inserts.
+func writeRecords(ctx context.Context, db *store.DB, tx *sql.Tx, recs []*staged) error {
+	if len(recs) == 0 {
+		return nil
 	}
+	recs = slices.Clone(recs)
+	slices.SortStableFunc(recs, func(a, b *staged) int {
+		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	})
 	w := newWriter(ctx, tx, db)
-	pos := Position{Partition: PartitionFor(key, partitions)}
-	if err := w.queryRow(nextOffsetQuery, topic, pos.Partition).Scan(&pos.Offset); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return Position{}, fmt.Errorf("queue: publish to %s: %w", topic, ErrNotFound)
-		}
-		return Position{}, fmt.Errorf("queue: publish to %s: %w", topic, err)
+	type partition struct {
+		topic string
+		id    int
 	}
-	if _, err := w.exec(appendQuery, topic, pos.Partition, pos.Offset, key, value, store.TS(db.Now())); err != nil {
-		return Position{}, fmt.Errorf("queue: publish to %s: %w", topic, err)
+	var parts []partition
+	counts := map[string]int{}
+	for i := 0; i < len(recs); {
+		j := i + 1
+		for j < len(recs) && recs[j].topic == recs[i].topic && recs[j].partition == recs[i].partition {
+			j++
+		}
+		r, n := recs[i], j-i
+		var end int64
+		if err := w.queryRow(takeOffsetsQuery, n, r.topic, r.partition).Scan(&end); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("queue: publish to %s: %w", r.topic, ErrNotFound)
+			}
+			return fmt.Errorf("queue: publish to %s: %w", r.topic, err)
+		}
+		for k, rec := range recs[i:j] {
+			rec.offset = end - int64(n) + int64(k)
+		}
+		parts = append(parts, partition{r.topic, r.partition})
+		counts[r.topic] += n
+		i = j
+	}
+	now := store.TS(db.Now())
+	for rest := recs; len(rest) > 0; {
+		size := bits.Len(uint(min(len(rest), maxAppendRows))) - 1 // the largest power of two that fits
+		chunk := rest[:1<<size]
+		args := make([]any, 0, 6*len(chunk))
+		for _, r := range chunk {
+			args = append(args, r.topic, r.partition, r.offset, r.key, r.value, now)
+		}
+		if _, err := w.exec(appendQueries[size], args...); err != nil {
+			return fmt.Errorf("queue: publish to %s: %w", chunk[0].topic, err)
+		}
+		rest = rest[len(chunk):]
+	}
+	for _, r := range recs {
+		if r.pos != nil {
+			*r.pos = Position{Partition: r.partition, Offset: r.offset}
+		}
 	}
 	afterCommit(db, tx, func() {
-		metricSent.WithLabelValues(topic).Inc()
-		topicSignal(db, topic).published(pos.Partition)
+		for topic, n := range counts {
+			metricSent.WithLabelValues(topic).Add(float64(n))
+		}
+		for _, p := range parts {
+			topicSignal(db, p.topic).published(p.id)
+		}
 	})
-	return pos, nil
+	return nil
 }
 
 // ReadFilter selects records of a topic's retained log.

@@ -553,13 +553,153 @@ func TestPublish(t *testing.T) {
 		}
 	})
 
+	t.Run("PublishBatch commits its records at once and returns where each went, every key's in the order given", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		topic := newTopic(t, db, "t", 6)
+		if _, err := topic.Publish(t.Context(), "u3", []byte("first")); err != nil {
+			t.Fatal(err)
+		}
+		next := map[int]int64{queue.PartitionFor("u3", 6): 1}
+		var recs []queue.KeyValue
+		for i := range 500 {
+			recs = append(recs, queue.KeyValue{Key: fmt.Sprintf("u%d", (i*7)%13), Value: fmt.Appendf(nil, "%d", i)})
+		}
+		positions, err := topic.PublishBatch(t.Context(), recs)
+		if err != nil || len(positions) != len(recs) {
+			t.Fatalf("PublishBatch = %d positions, %v; want %d", len(positions), err, len(recs))
+		}
+		for i, pos := range positions {
+			p := queue.PartitionFor(recs[i].Key, 6)
+			if pos.Partition != p || pos.Offset != next[p] {
+				t.Fatalf("record %d (%s) went to %+v, want partition %d offset %d", i, recs[i].Key, pos, p, next[p])
+			}
+			next[p]++
+			got, err := topic.Read(t.Context(), queue.ReadFilter{Partition: &pos.Partition, FromOffset: pos.Offset, Limit: 1})
+			if err != nil || len(got) != 1 || got[0].Key != recs[i].Key || string(got[0].Value) != string(recs[i].Value) {
+				t.Fatalf("record %d: the log holds %+v at %+v (%v)", i, got, pos, err)
+			}
+		}
+
+		_, err = topic.PublishBatch(t.Context(), []queue.KeyValue{{Key: "u1", Value: []byte("x")}, {Key: "", Value: []byte("y")}})
+		if err == nil || !strings.Contains(err.Error(), "record 1: empty key") {
+			t.Errorf("a batch with an empty key: %v, want it refused, naming the record", err)
+		}
+		if n := count(t, db, `select count(*) from queue_topic_log where topic = 't'`); n != 501 {
+			t.Errorf("%d records after the refused batch, want 501: none of it", n)
+		}
+	})
+
+	t.Run("records of several topics published in one transaction commit with it and keep each key's order", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		a, b := newTopic(t, db, "a", 3), newTopic(t, db, "b", 3)
+		err := db.Tx(t.Context(), func(tx *sql.Tx) error {
+			for i := range 30 {
+				topic := []*queue.Topic{b, a}[i%2]
+				if err := topic.PublishTx(t.Context(), tx, fmt.Sprint("k", i%5), fmt.Appendf(nil, "%d", i)); err != nil {
+					return err
+				}
+			}
+			// Nothing is written before the commit is near.
+			if n := countTx(t, tx, `select count(*) from queue_topic_log`); n != 0 {
+				t.Errorf("%d records written while the transaction function ran, want them staged", n)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, topic := range []*queue.Topic{a, b} {
+			last := map[string]int{}
+			n := 0
+			for _, r := range readAll(t, topic) {
+				var i int
+				fmt.Sscan(string(r.Value), &i)
+				if prev, ok := last[r.Key]; ok && prev >= i {
+					t.Errorf("%s: key %s has %d after %d", topic.Name(), r.Key, i, prev)
+				}
+				last[r.Key] = i
+				n++
+			}
+			if n != 15 {
+				t.Errorf("%s has %d records, want 15", topic.Name(), n)
+			}
+		}
+	})
+
+	t.Run("a publish by a before-commit function that runs after the records were written is written too", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		topic := newTopic(t, db, "t", 2)
+		err := db.Tx(t.Context(), func(tx *sql.Tx) error {
+			if err := topic.PublishTx(t.Context(), tx, "a", []byte("in the function")); err != nil {
+				return err
+			}
+			db.BeforeCommit(tx, func(ctx context.Context) error {
+				return topic.PublishTx(ctx, tx, "b", []byte("before the commit"))
+			})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, db, `select count(*) from queue_topic_log where topic = 't'`); n != 2 {
+			t.Errorf("%d records committed, want both", n)
+		}
+	})
+
+	t.Run("a record holds the value as it was at the call, though the caller reuses its buffer before the commit", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		topic := newTopic(t, db, "t", 1)
+		err := db.Tx(t.Context(), func(tx *sql.Tx) error {
+			buf := []byte("first")
+			if err := topic.PublishTx(t.Context(), tx, "k", buf); err != nil {
+				return err
+			}
+			copy(buf, "XXXXX")
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := topic.Read(t.Context(), queue.ReadFilter{})
+		if err != nil || len(recs) != 1 || string(recs[0].Value) != "first" {
+			t.Errorf("the log holds %+v (%v), want the value as published", recs, err)
+		}
+	})
+
+	t.Run("a publish in a transaction that Tx did not begin is written at once", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		topic := newTopic(t, db, "t", 1)
+		tx, err := db.Write.BeginTx(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if err := topic.PublishTx(t.Context(), tx, "k", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		if n := countTx(t, tx, `select count(*) from queue_topic_log`); n != 1 {
+			t.Errorf("%d records in the transaction, want the one published", n)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, db, `select count(*) from queue_topic_log`); n != 1 {
+			t.Errorf("%d records committed, want 1", n)
+		}
+	})
+
 	t.Run("a publish in a rolled-back transaction takes no record and no offset", func(t *testing.T) {
 		t.Parallel()
 		db := storetest.New(t)
 		topic := newTopic(t, db, "t", 1)
 		boom := errors.New("boom")
 		err := db.Tx(t.Context(), func(tx *sql.Tx) error {
-			if _, err := topic.PublishTx(t.Context(), tx, "k", []byte("lost")); err != nil {
+			if err := topic.PublishTx(t.Context(), tx, "k", []byte("lost")); err != nil {
 				return err
 			}
 			return boom
@@ -580,7 +720,7 @@ func TestPublish(t *testing.T) {
 		out := newTopic(t, db, "out", 2)
 		got := make(chan string, 1)
 		subscribe(t, in, queue.SubscribeOpts{Group: "relay", PollInterval: time.Hour, Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
-			_, err := out.PublishTx(ctx, tx, r.Key, append([]byte("relayed "), r.Value...))
+			err := out.PublishTx(ctx, tx, r.Key, append([]byte("relayed "), r.Value...))
 			return err
 		}})
 		subscribe(t, out, queue.SubscribeOpts{Group: "sink", PollInterval: time.Hour, Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
@@ -675,4 +815,14 @@ func TestLagGauge(t *testing.T) {
 	testwait.Until(t, 5*time.Second, "lag gauge back to 0", func() bool {
 		return metricValue(t, "switchyard_queue_topic_lag_messages", map[string]string{"topic": name, "group": "g", "partition": "0"}) == 0
 	})
+}
+
+// countTx is count inside tx.
+func countTx(t testing.TB, tx *sql.Tx, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := tx.QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
 }

@@ -155,7 +155,7 @@ func benchPublish(b *testing.B, db *store.DB, topic *queue.Topic, values [][]byt
 	for chunk := range slices.Chunk(values, 500) {
 		err := db.Tx(ctx, func(tx *sql.Tx) error {
 			for _, v := range chunk {
-				if _, err := topic.PublishTx(ctx, tx, keyOf(v), v); err != nil {
+				if err := topic.PublishTx(ctx, tx, keyOf(v), v); err != nil {
 					return err
 				}
 			}

@@ -219,7 +219,7 @@ func publishAll(t *testing.T, h *harness, values [][]byte) {
 				if env.AggregateID == "" {
 					env.AggregateID = "no-key"
 				}
-				if _, err := h.svc.users.PublishTx(ctx, tx, env.AggregateID, v); err != nil {
+				if err := h.svc.users.PublishTx(ctx, tx, env.AggregateID, v); err != nil {
 					return err
 				}
 			}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,10 +30,11 @@ const maxLine = 1 << 20
 // order, for `switchyard publish --topic T FILE.jsonl`: each non-empty line
 // is a JSON object whose "aggregateId" string is the record's key, exactly as
 // POST /admin/api/topics/{topic}/messages takes it. Lines are committed in
-// batches of 500; a bad line stops the run with an error naming it, after
-// every line before it was committed. Publishing a file again
-// is harmless for the referral consumers (their marks make each messageId
-// take effect once). progress, when not nil, gets a line per batch.
+// batches of 500, each one transaction (Topic.PublishBatch); a bad line stops
+// the run with an error naming it, after every line before it was committed,
+// and a batch that fails to commit with one naming its lines. Publishing a
+// file again is harmless for the referral consumers (their marks make each
+// messageId take effect once). progress, when not nil, gets a line per batch.
 func PublishFile(ctx context.Context, db *store.DB, topic string, r io.Reader, progress io.Writer) (PublishSummary, error) {
 	sum := PublishSummary{Topic: topic}
 	t, err := declaredTopic(ctx, db, topic)
@@ -51,16 +51,12 @@ func PublishFile(ctx context.Context, db *store.DB, topic string, r io.Reader, p
 		if len(batch) == 0 {
 			return nil
 		}
-		err := db.Tx(ctx, func(tx *sql.Tx) error {
-			for _, l := range batch {
-				if _, err := t.PublishTx(ctx, tx, l.key, l.value); err != nil {
-					return fmt.Errorf("line %d: %w", l.n, err)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
+		recs := make([]queue.KeyValue, len(batch))
+		for i, l := range batch {
+			recs[i] = queue.KeyValue{Key: l.key, Value: l.value}
+		}
+		if _, err := t.PublishBatch(ctx, recs); err != nil {
+			return fmt.Errorf("lines %d to %d: %w", batch[0].n, batch[len(batch)-1].n, err)
 		}
 		sum.Published += len(batch)
 		batch = batch[:0]

@@ -124,8 +124,7 @@ func New(ctx context.Context, opts Opts) (*Service, error) {
 type topicPublisher struct{ t *queue.Topic }
 
 func (p topicPublisher) publishTx(ctx context.Context, tx *sql.Tx, key string, value []byte) error {
-	_, err := p.t.PublishTx(ctx, tx, key, value)
-	return err
+	return p.t.PublishTx(ctx, tx, key, value)
 }
 
 // Name is the worker's name for the process's logs.
