@@ -172,6 +172,7 @@ var (
 		{"switchyard_bot_onboarding_updates_total", []dim{{"kind", []string{"message", "callback_query", "my_chat_member", "other"}}, {"outcome", []string{"received", "duplicate", "handled", "retry", "failed"}}}},
 		{"switchyard_bot_onboarding_messages_total", []dim{{"method", []string{"sendMessage", "editMessageReplyMarkup", "answerCallbackQuery"}}, {"outcome", []string{"sent", "retry", "fallback", "notified", "failed"}}}},
 
+		{"switchyard_store_tx_retries_total", []dim{{"reason", []string{"serialization", "deadlock"}}}},
 		{"switchyard_telegram_ratelimit_deferrals_total", []dim{{"scope", []string{"chat", "group", "bot", "pause"}}}},
 		{"switchyard_auth_failures_total", []dim{{"surface", []string{"console-login", "admin-api", "bot-api", "bot-webhook", "omni-webhook"}}}},
 		{"switchyard_auth_throttled_total", []dim{{"surface", []string{"console-login", "admin-api", "bot-api", "bot-webhook", "omni-webhook"}}}},
