@@ -33,9 +33,9 @@ type TxFunc func(tx *sql.Tx) error
 // When the shared commit fails, every caller in the batch gets the error and
 // none of their writes are kept.
 //
-// What fn gives BeforeCommit runs after fn returned nil, as the tail of the
-// caller's own transaction function: inside its savepoint, under the same
-// rules.
+// What fn gives BeforeCommit runs after fn returned nil, as the tail of fn:
+// inside the caller's savepoint, under the same rules (above, "fn" includes
+// those functions).
 //
 // On PostgreSQL there is no batch: each call is an ordinary READ COMMITTED
 // transaction from the writer pool, run again (up to maxTxAttempts, counted
