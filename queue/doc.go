@@ -33,6 +33,10 @@
 //     even in the same partition, keep flowing.
 //   - The handler gets the transaction that commits the offset: its writes
 //     and the commit happen together (exactly-once for local effects).
+//   - Groups have a lifecycle: CreateGroup makes one without subscribing
+//     (Subscribe creates its group too), Groups lists them, and DeleteGroup
+//     removes a group nobody subscribes to with all it keeps, so retention
+//     stops keeping records for it.
 //
 // Sends and publishes in this process wake its workers as soon as their
 // transaction commits (never before: the workers' receives run in
@@ -48,6 +52,7 @@
 // the group's offset row first.
 //
 // Admin is the operator's side: Stats for the console, the JSON admin API
-// (AdminRoutes), redrive and purge, and the janitor that applies retention.
+// (AdminRoutes: queues, topics, groups, dead letters), redrive and purge,
+// and the janitor that applies retention.
 // docs/queue.md describes the mechanisms in full.
 package queue

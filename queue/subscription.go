@@ -209,36 +209,6 @@ func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscriptio
 	return s, nil
 }
 
-func (t *Topic) createGroup(ctx context.Context, group string, start StartPosition) error {
-	err := t.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `
-			insert into queue_groups (topic, grp, created_at) values (?, ?, ?)
-			on conflict (topic, grp) do nothing`, t.name, group, store.TS(t.db.Now())); err != nil {
-			return err
-		}
-		for p := range t.partitions {
-			var first, end int64
-			if err := tx.QueryRowContext(ctx, logBoundsQuery, t.name, p, t.name, p).Scan(&first, &end); err != nil {
-				return err
-			}
-			committed := first
-			if start == StartLatest {
-				committed = end
-			}
-			if _, err := tx.ExecContext(ctx, `
-				insert into queue_group_offsets (topic, grp, partition_id, committed) values (?, ?, ?, ?)
-				on conflict (topic, grp, partition_id) do nothing`, t.name, group, p, committed); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("queue: create group %s/%s: %w", t.name, group, err)
-	}
-	return nil
-}
-
 // Stop stops handing out records, waits for the transactions in flight and
 // releases the group's partitions for another subscriber. When ctx ends
 // first, the handlers' context is cancelled; records not committed are
