@@ -33,6 +33,14 @@
 //     even in the same partition, keep flowing.
 //   - The handler gets the transaction that commits the offset: its writes
 //     and the commit happen together (exactly-once for local effects).
+//   - A consumer whose effects leave the database subscribes with Process
+//     instead of Handler: Process runs outside any transaction, so however
+//     long it waits it holds up no other writer, and its outcome (finished,
+//     retry, dead letter) is committed after it returns, in a short
+//     transaction of its own. That is at-least-once, as for queue workers:
+//     a record whose outcome was not committed (a crash, a hard stop, a
+//     lease lost meanwhile) is processed again, so Process must be
+//     idempotent. Order per key and what a retry holds back are the same.
 //   - Groups have a lifecycle: CreateGroup makes one without subscribing
 //     (Subscribe creates its group too), Groups lists them, and DeleteGroup
 //     removes a group nobody subscribes to with all it keeps, so retention
