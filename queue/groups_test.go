@@ -176,6 +176,17 @@ func TestGroupLifecycle(t *testing.T) {
 		if rows := groupRows(t, db, "groups.delete", "h"); fmt.Sprint(rows) != fmt.Sprint(want) {
 			t.Errorf("the other group keeps %v after the delete, want %v", rows, want)
 		}
+		for name, labels := range map[string]map[string]string{
+			"switchyard_queue_messages_received_total": {"queue": "groups.delete"},
+			"switchyard_queue_topic_lag_messages":      {"topic": "groups.delete"},
+		} {
+			for group, want := range map[string]bool{"g": false, "h": true} {
+				labels["group"] = group
+				if _, ok := metricSeries(t, name, labels); ok != want {
+					t.Errorf("%s of group %s exported: %v, want %v", name, group, ok, want)
+				}
+			}
+		}
 	})
 
 	t.Run("retention keeps the records of an idle group until the group is deleted", func(t *testing.T) {
