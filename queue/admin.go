@@ -257,7 +257,7 @@ func (a *Admin) topicStats(ctx context.Context) ([]TopicStats, error) {
 			}
 			ts.Partitions = append(ts.Partitions, ps)
 		}
-		groups, err := a.groupNames(ctx, ts.Name)
+		groups, err := groupNames(ctx, a.db, ts.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -272,8 +272,8 @@ func (a *Admin) topicStats(ctx context.Context) ([]TopicStats, error) {
 	return topics, nil
 }
 
-func (a *Admin) groupNames(ctx context.Context, topic string) ([]string, error) {
-	rows, err := a.db.Read.QueryContext(ctx, `select grp from queue_groups where topic = ? order by grp`, topic)
+func groupNames(ctx context.Context, db *store.DB, topic string) ([]string, error) {
+	rows, err := db.Read.QueryContext(ctx, `select grp from queue_groups where topic = ? order by grp`, topic)
 	if err != nil {
 		return nil, err
 	}

@@ -19,9 +19,11 @@ import (
 // that also commits the group's offset: the handler's writes and the commit
 // happen together or not at all (exactly-once for local effects). It runs on
 // the database's writer, so it must only use tx — no network calls, no
-// db.Tx. Return nil to commit, an error to retry with backoff (holding back
-// later records of the same key only), RetryAfter(d, err), or Permanent(err)
-// to dead-letter the record; the handler's writes are rolled back on error.
+// db.Tx; a consumer whose effects leave the database uses
+// SubscribeOpts.Process instead. Return nil to commit, an error to retry
+// with backoff (holding back later records of the same key only),
+// RetryAfter(d, err), or Permanent(err) to dead-letter the record; the
+// handler's writes are rolled back on error.
 type RecordHandlerFunc func(ctx context.Context, tx *sql.Tx, r Record) error
 
 // StartPosition is where a new consumer group begins.
@@ -40,8 +42,15 @@ type SubscribeOpts struct {
 	// Group names the consumer group; its offsets are shared by every
 	// subscriber of the group, in any process on the file.
 	Group string
-	// Handler is required.
+	// Handler handles each record inside the transaction that commits it
+	// (exactly-once for local effects). Exactly one of Handler and Process
+	// is required.
 	Handler RecordHandlerFunc
+	// Process handles each record outside any transaction, for consumers
+	// whose effects leave the database; the outcomes of up to BatchSize
+	// records are committed after they were processed (at-least-once: see
+	// RecordProcessFunc).
+	Process RecordProcessFunc
 	// Retry is the group's failure policy (defaults in RetryPolicy).
 	Retry RetryPolicy
 	// Start applies only when the group is created.
@@ -117,6 +126,7 @@ type entry struct {
 	notBefore   time.Time
 	hasRetryRow bool
 	finished    bool
+	processed   error // what Process returned, for the commit of its outcome
 }
 
 type recOutcome struct {
@@ -150,8 +160,8 @@ type chunkResult struct {
 // with a record waiting for a retry are held back while other keys pass.
 // ctx carries values to the handler; cancelling it is a hard stop.
 func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscription, error) {
-	if opts.Handler == nil {
-		panic("queue: nil handler")
+	if (opts.Handler == nil) == (opts.Process == nil) {
+		panic("queue: Subscribe needs exactly one of Handler and Process")
 	}
 	if opts.Group == "" {
 		panic("queue: empty group")
@@ -207,36 +217,6 @@ func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscriptio
 		}
 	}()
 	return s, nil
-}
-
-func (t *Topic) createGroup(ctx context.Context, group string, start StartPosition) error {
-	err := t.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `
-			insert into queue_groups (topic, grp, created_at) values (?, ?, ?)
-			on conflict (topic, grp) do nothing`, t.name, group, store.TS(t.db.Now())); err != nil {
-			return err
-		}
-		for p := range t.partitions {
-			var first, end int64
-			if err := tx.QueryRowContext(ctx, logBoundsQuery, t.name, p, t.name, p).Scan(&first, &end); err != nil {
-				return err
-			}
-			committed := first
-			if start == StartLatest {
-				committed = end
-			}
-			if _, err := tx.ExecContext(ctx, `
-				insert into queue_group_offsets (topic, grp, partition_id, committed) values (?, ?, ?, ?)
-				on conflict (topic, grp, partition_id) do nothing`, t.name, group, p, committed); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("queue: create group %s/%s: %w", t.name, group, err)
-	}
-	return nil
 }
 
 // Stop stops handing out records, waits for the transactions in flight and
@@ -622,6 +602,10 @@ func (s *Subscription) pick(p *partState, now time.Time, take bool) []*entry {
 }
 
 func (s *Subscription) runChunk(p *partState, items []*entry) {
+	if s.opts.Process != nil {
+		s.results <- s.processChunk(p, items)
+		return
+	}
 	r := chunkResult{part: p, items: items, outs: make([]recOutcome, len(items)), committed: -1}
 	ctx := context.WithoutCancel(s.hctx)
 	r.err = s.db.Tx(ctx, func(tx *sql.Tx) error {
@@ -658,7 +642,7 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 		}
 		start := time.Now()
 		scope := hubFor(s.db).openScope(tx)
-		herr := s.call(tx, rec)
+		herr := s.call(tx, e, rec)
 		out.dur = time.Since(start)
 		if herr == nil {
 			herr = s.markFinished(w, e)
@@ -721,7 +705,10 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 	return s.compact(w, partition)
 }
 
-func (s *Subscription) call(tx *sql.Tx, r Record) (err error) {
+func (s *Subscription) call(tx *sql.Tx, e *entry, r Record) (err error) {
+	if s.opts.Process != nil {
+		return e.processed // Process ran before this transaction (async.go)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panicked: %v", p)
