@@ -276,9 +276,11 @@ func wireChat(w wiring, sb *sandbox) (*omni.Admin, part) {
 		in := omni.NewInbound(omni.InboundOpts{DB: w.db, Token: token, WebhookSecret: w.sec.OmniWebhook, AuthLimiter: w.authLimit, Logger: log})
 		p.public = append(p.public, in.Routes)
 		// Telegram (or the sandbox) is told where to deliver once the
-		// server is up, and told again until it takes it.
-		base := w.u.public
-		if cfg.OmniToken == "" {
+		// server is up, and told again until it takes it: Telegram by one
+		// instance of the fleet, the sandbox (this process's own) by this
+		// process.
+		base, own := w.u.public, cfg.OmniToken == ""
+		if own {
 			base = w.u.self
 		}
 		p.workers = append(p.workers, workerFunc{"omni-webhook", func(ctx context.Context) error {
@@ -286,7 +288,7 @@ func wireChat(w wiring, sb *sandbox) (*omni.Admin, part) {
 			if err != nil {
 				return fmt.Errorf("omni webhook: %w", err)
 			}
-			return in.RegisterWebhook(ctx, omni.RegisterOpts{Bot: tg, BaseURL: base})
+			return in.RegisterWebhook(ctx, omni.RegisterOpts{Bot: tg, BaseURL: base, OwnAPI: own})
 		}})
 	}
 	if cfg.has("chat") {
