@@ -172,6 +172,10 @@ func wireSandbox(ctx context.Context, w wiring) (*sandbox, part, error) {
 		closers: []func(){sb.server.Close},
 		// Its long polls end when the server starts shutting down.
 		onShutdown: []func(){sb.server.Close},
+		// Its bots are this process's while it runs (claimSandboxBot).
+		workers: []worker{workerFunc{"sandbox-claims", func(ctx context.Context) error {
+			return sb.holdClaims(ctx, w.db, w.log.With(slog.String("subsystem", "sandbox")))
+		}}},
 	}, nil
 }
 
@@ -262,7 +266,8 @@ func wireReferral(ctx context.Context, w wiring) (*referral.Service, part, error
 
 // wireChat wires the chat platform: the admin surface everywhere; inbound,
 // chat and outbound by role, each of which can be its own process on the
-// same file.
+// same database (with a real token: a sandbox bot is one process's,
+// claimSandboxBot).
 func wireChat(w wiring, sb *sandbox) (*omni.Admin, part) {
 	cfg := w.cfg
 	token, api := cfg.OmniToken, cfg.TelegramAPIURL
