@@ -229,7 +229,9 @@ func (o *Bot) runUpdates(ctx context.Context) {
 		Logger: o.log.With(slog.String("role", "updates")),
 	}
 	_ = o.db.RunExclusive(ctx, lease, func(held context.Context, _ store.Lease) error {
-		o.handleUpdates(held)
+		for held.Err() == nil {
+			o.handleUpdates(held)
+		}
 		return nil
 	})
 }
