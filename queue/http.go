@@ -260,6 +260,7 @@ type groupJSON struct {
 	Retrying         int64                `json:"retrying"`
 	Dead             int64                `json:"dead"`
 	OldestAgeSeconds float64              `json:"oldestAgeSeconds"`
+	Members          []string             `json:"members"`
 	Partitions       []groupPartitionJSON `json:"partitions"`
 }
 
@@ -270,6 +271,8 @@ type groupPartitionJSON struct {
 	Lag              int64      `json:"lag"`
 	OldestAt         *time.Time `json:"oldestAt"`
 	OldestAgeSeconds float64    `json:"oldestAgeSeconds"`
+	Owner            string     `json:"owner"`
+	LeaseExpiresAt   *time.Time `json:"leaseExpiresAt"`
 }
 
 func (a *Admin) handleTopics(w http.ResponseWriter, r *http.Request) error {
@@ -284,11 +287,13 @@ func (a *Admin) handleTopics(w http.ResponseWriter, r *http.Request) error {
 			tj.Partitions = append(tj.Partitions, partitionJSON(p))
 		}
 		for _, g := range t.Groups {
-			gj := groupJSON{Group: g.Group, Lag: g.Lag, Retrying: g.Retrying, Dead: g.Dead, OldestAgeSeconds: g.OldestAge.Seconds()}
+			gj := groupJSON{Group: g.Group, Lag: g.Lag, Retrying: g.Retrying, Dead: g.Dead, OldestAgeSeconds: g.OldestAge.Seconds(),
+				Members: append([]string{}, g.Members...)}
 			for _, p := range g.Partitions {
 				gj.Partitions = append(gj.Partitions, groupPartitionJSON{
 					Partition: p.Partition, Committed: p.Committed, End: p.End, Lag: p.Lag,
 					OldestAt: timePtr(p.OldestAt), OldestAgeSeconds: p.OldestAge.Seconds(),
+					Owner: p.Owner, LeaseExpiresAt: timePtr(p.LeaseExpiresAt),
 				})
 			}
 			tj.Groups = append(tj.Groups, gj)
