@@ -628,11 +628,11 @@ func (s *Subscription) runChunk(p *partState, items []*entry) {
 // applyChunk runs each record's handler in its own savepoint, in offset
 // order, then records the outcome in the same transaction: the offset
 // commit on success, the retry state or the dead letter on failure. A
-// record whose key failed earlier in the chunk is skipped. Before the
-// offsets are folded, the chunk is fenced by the partition's lease: when it is
-// no longer this subscriber's, applyChunk fails with errLeaseLost and nothing
-// is committed. It returns the partition's committed offset after folding
-// the finished records into it.
+// record whose key failed earlier in the chunk is skipped. Its last step is
+// the lease fence: when the partition's lease is no longer this
+// subscriber's, applyChunk fails with errLeaseLost and nothing is committed.
+// It returns the partition's committed offset after folding the finished
+// records into it.
 func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int, items []*entry, outs []recOutcome) (int64, error) {
 	now := s.db.Now()
 	w := newWriter(ctx, tx, s.db)
@@ -714,10 +714,14 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 			return 0, err
 		}
 	}
+	committed, err := s.compact(w, partition)
+	if err != nil {
+		return 0, err
+	}
 	if err := s.fence(ctx, tx, partition); err != nil {
 		return 0, err
 	}
-	return s.compact(w, partition)
+	return committed, nil
 }
 
 func (s *Subscription) call(tx *sql.Tx, r Record) (err error) {
