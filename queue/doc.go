@@ -45,6 +45,11 @@
 //     (Subscribe creates its group too), Groups lists them, and DeleteGroup
 //     removes a group nobody subscribes to with all it keeps, so retention
 //     stops keeping records for it.
+//   - A group's partitions are balanced among its live subscribers in every
+//     process on the database (6 partitions over 3 instances, 2 each); a
+//     stopping subscriber hands its partitions over at once, a dead one's
+//     are taken when its leases expire, and a subscriber whose lease ran out
+//     commits nothing (members.go).
 //
 // Sends and publishes in this process wake its workers as soon as their
 // transaction commits (never before: the workers' receives run in
@@ -57,7 +62,7 @@
 // receive skips the rows another receive has locked (FOR UPDATE SKIP LOCKED),
 // a transaction that reads and writes an order key's slots holds the key's
 // advisory lock (lock.go), and a transaction of a partition's records locks
-// the group's offset row first.
+// the group's offset row first and its lease row last.
 //
 // Admin is the operator's side: Stats for the console, the JSON admin API
 // (AdminRoutes: queues, topics, groups, dead letters), redrive and purge,

@@ -269,6 +269,7 @@ type groupJSON struct {
 	Retrying         int64                `json:"retrying"`
 	Dead             int64                `json:"dead"`
 	OldestAgeSeconds float64              `json:"oldestAgeSeconds"`
+	Members          []string             `json:"members"`
 	Partitions       []groupPartitionJSON `json:"partitions"`
 }
 
@@ -279,6 +280,8 @@ type groupPartitionJSON struct {
 	Lag              int64      `json:"lag"`
 	OldestAt         *time.Time `json:"oldestAt"`
 	OldestAgeSeconds float64    `json:"oldestAgeSeconds"`
+	Owner            string     `json:"owner"`
+	LeaseExpiresAt   *time.Time `json:"leaseExpiresAt"`
 }
 
 func (a *Admin) handleTopics(w http.ResponseWriter, r *http.Request) error {
@@ -293,7 +296,7 @@ func (a *Admin) handleTopics(w http.ResponseWriter, r *http.Request) error {
 			tj.Partitions = append(tj.Partitions, partitionJSON(p))
 		}
 		for _, g := range t.Groups {
-			tj.Groups = append(tj.Groups, groupView(g))
+			tj.Groups = append(tj.Groups, groupJSONOf(g))
 		}
 		out = append(out, tj)
 	}
@@ -301,13 +304,14 @@ func (a *Admin) handleTopics(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func groupView(g GroupStats) groupJSON {
+func groupJSONOf(g GroupStats) groupJSON {
 	gj := groupJSON{Group: g.Group, Lag: g.Lag, Retrying: g.Retrying, Dead: g.Dead, OldestAgeSeconds: g.OldestAge.Seconds(),
-		Partitions: []groupPartitionJSON{}}
+		Members: append([]string{}, g.Members...), Partitions: []groupPartitionJSON{}}
 	for _, p := range g.Partitions {
 		gj.Partitions = append(gj.Partitions, groupPartitionJSON{
 			Partition: p.Partition, Committed: p.Committed, End: p.End, Lag: p.Lag,
 			OldestAt: timePtr(p.OldestAt), OldestAgeSeconds: p.OldestAge.Seconds(),
+			Owner: p.Owner, LeaseExpiresAt: timePtr(p.LeaseExpiresAt),
 		})
 	}
 	return gj
@@ -321,7 +325,7 @@ type groupInfoJSON struct {
 }
 
 func groupInfoView(g GroupInfo) groupInfoJSON {
-	return groupInfoJSON{groupJSON: groupView(g.GroupStats), CreatedAt: g.CreatedAt, Active: g.Active}
+	return groupInfoJSON{groupJSON: groupJSONOf(g.GroupStats), CreatedAt: g.CreatedAt, Active: g.Active}
 }
 
 func (a *Admin) handleGroups(w http.ResponseWriter, r *http.Request) error {

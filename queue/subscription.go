@@ -40,7 +40,8 @@ const (
 // SubscribeOpts configure Topic.Subscribe. Zero values get defaults.
 type SubscribeOpts struct {
 	// Group names the consumer group; its offsets are shared by every
-	// subscriber of the group, in any process on the file.
+	// subscriber of the group, in any process on the database, and its
+	// partitions are balanced among them.
 	Group string
 	// Handler handles each record inside the transaction that commits it
 	// (exactly-once for local effects). Exactly one of Handler and Process
@@ -67,10 +68,13 @@ type SubscribeOpts struct {
 	// the cap the partition stops reading ahead (default 4096).
 	MaxPending int
 	// PollInterval is how often the subscriber looks for records published
-	// by other processes (default 500 ms).
+	// by other processes, and at the group's leases: a partition freed or a
+	// member joined in another process is noticed within it (default 500 ms).
 	PollInterval time.Duration
-	// LeaseTTL is how long a partition stays owned without renewal
-	// (default 30 s); a standby subscriber takes over after it.
+	// LeaseTTL is how long a subscriber's member lease and partitions stay
+	// its own without renewal (default 30 s; renewed every third of it): a
+	// subscriber that dies without stopping keeps its partitions from the
+	// others this long. One that stops hands them over at once.
 	LeaseTTL time.Duration
 }
 
@@ -81,8 +85,10 @@ type Subscription struct {
 	group string
 	opts  SubscribeOpts
 	retry RetryPolicy
-	owner string
-	log   *slog.Logger
+	owner string // names the process: sub/host:pid:random
+	// member is the name of the subscriber's member lease in the group.
+	member string
+	log    *slog.Logger
 
 	hctx    context.Context
 	hcancel context.CancelFunc
@@ -97,6 +103,7 @@ type Subscription struct {
 
 	// Owned by the loop goroutine.
 	parts    []*partState
+	joined   bool // the member lease was taken once
 	inflight int
 	next     int       // partition to look at first, for fairness
 	nextDue  time.Time // earliest retry of a held-back record
@@ -108,6 +115,7 @@ type Subscription struct {
 type partState struct {
 	id        int
 	owned     bool
+	releasing bool // to be handed over to another member once idle
 	committed int64
 	fetchPos  int64
 	caughtUp  bool
@@ -154,10 +162,11 @@ type chunkResult struct {
 }
 
 // Subscribe creates the group if it is new (starting at opts.Start) and runs
-// a subscriber: it takes the partitions no live subscriber of the group owns
-// (lease locks), reads their logs from the committed offsets and hands the
-// records to the handler in offset order, except that the records of a key
-// with a record waiting for a retry are held back while other keys pass.
+// a subscriber: it joins the group's members, takes its share of the
+// partitions (lease locks; see members.go), reads their logs from the
+// committed offsets and hands the records to the handler in offset order,
+// except that the records of a key with a record waiting for a retry are
+// held back while other keys pass.
 // ctx carries values to the handler; cancelling it is a hard stop.
 func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscription, error) {
 	if (opts.Handler == nil) == (opts.Process == nil) {
@@ -187,13 +196,15 @@ func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscriptio
 	}
 	declareConsumerMetrics(t.name, opts.Group)
 	hctx, cancel := context.WithCancel(ctx)
+	owner := "sub/" + store.NewOwnerID()
 	s := &Subscription{
 		t:        t,
 		db:       t.db,
 		group:    opts.Group,
 		opts:     opts,
 		retry:    opts.Retry.withDefaults(),
-		owner:    "sub/" + string(newID()),
+		owner:    owner,
+		member:   memberLeaseName(t.name, opts.Group, owner),
 		log:      t.log.With(slog.String("group", opts.Group)),
 		hctx:     hctx,
 		hcancel:  cancel,
@@ -219,8 +230,13 @@ func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscriptio
 	return s, nil
 }
 
-// Stop stops handing out records, waits for the transactions in flight and
-// releases the group's partitions for another subscriber. When ctx ends
+// Owner is the subscriber's owner id, sub/host:pid:random: what its leases
+// and the admin API's group members and partition owners name it by.
+func (s *Subscription) Owner() string { return s.owner }
+
+// Stop stops handing out records, waits for the transactions in flight,
+// leaves the group and releases its partitions, which the other members take
+// at once (those of other processes at their next poll). When ctx ends
 // first, the handlers' context is cancelled; records not committed are
 // handled again by the next owner. Stop returns ctx's error in that case.
 func (s *Subscription) Stop(ctx context.Context) error {
@@ -259,6 +275,7 @@ func (s *Subscription) loop() {
 	defer timer.Stop()
 	lastPoll, lastGauges := time.Now(), time.Now()
 	s.renewLeases(ctx)
+	s.rebalance(ctx)
 	s.updateGauges(ctx)
 
 	for {
@@ -276,7 +293,12 @@ func (s *Subscription) loop() {
 			}
 		}
 		if redrives.woken.Swap(false) {
+			// A redrive, or a member of this process joined or handed
+			// partitions over.
 			s.loadRedriven(ctx)
+			if stopping != nil {
+				s.rebalance(ctx)
+			}
 		}
 		// A damaged database file takes no more work (see Worker.loop).
 		if stopping != nil && s.db.Corrupt() == nil {
@@ -287,6 +309,7 @@ func (s *Subscription) loop() {
 					s.load(ctx, p)
 				}
 			}
+			s.releaseIdle(ctx)
 			s.refill(ctx)
 			s.dispatch()
 		}
@@ -295,10 +318,13 @@ func (s *Subscription) loop() {
 		case r := <-s.results:
 			s.apply(r)
 		case <-topicWake: // the top of the loop reads what was published
-		case <-groupWake: // the top of the loop reads the redriven records
+		case <-groupWake: // the top of the loop reads the redriven records and balances
 		case <-timer.C:
 			if time.Since(lastPoll) >= s.opts.PollInterval {
 				lastPoll = time.Now()
+				if stopping != nil {
+					s.rebalance(ctx)
+				}
 				s.wakeAll()
 				s.loadRedriven(ctx)
 			}
@@ -332,39 +358,6 @@ func (s *Subscription) waitFor(lastPoll time.Time) time.Duration {
 func (s *Subscription) wakeAll() {
 	for _, p := range s.parts {
 		p.caughtUp = false
-	}
-}
-
-// renewLeases keeps the partitions this subscriber owns and takes free ones.
-func (s *Subscription) renewLeases(ctx context.Context) {
-	for _, p := range s.parts {
-		held, err := s.db.AcquireLease(ctx, leaseName(s.t.name, s.group, p.id), s.owner, s.opts.LeaseTTL)
-		if err != nil {
-			s.log.Error("queue lease failed", slog.Int("partition", p.id), slog.Any("err", err))
-			continue
-		}
-		switch {
-		case held && !p.owned:
-			p.owned = true
-			s.load(ctx, p)
-			s.log.Info("queue partition taken", slog.Int("partition", p.id), slog.Int64("committed", p.committed))
-		case !held && p.owned:
-			s.drop(p)
-			p.owned = false
-			s.log.Warn("queue partition lost to another subscriber", slog.Int("partition", p.id))
-		}
-	}
-}
-
-func (s *Subscription) releaseLeases(ctx context.Context) {
-	for _, p := range s.parts {
-		if p.owned {
-			if err := s.db.ReleaseLease(ctx, leaseName(s.t.name, s.group, p.id), s.owner); err != nil {
-				s.log.Error("queue lease release failed", slog.Int("partition", p.id), slog.Any("err", err))
-			}
-			p.owned = false
-			s.drop(p)
-		}
 	}
 }
 
@@ -554,7 +547,7 @@ func (s *Subscription) dispatch() {
 	s.nextDue = time.Time{}
 	for i := range s.parts {
 		p := s.parts[(s.next+i)%len(s.parts)]
-		if !p.owned || p.reload {
+		if !p.owned || p.reload || p.releasing {
 			continue
 		}
 		items := s.pick(p, now, !p.busy && s.inflight < s.opts.Concurrency)
@@ -619,8 +612,11 @@ func (s *Subscription) runChunk(p *partState, items []*entry) {
 // applyChunk runs each record's handler in its own savepoint, in offset
 // order, then records the outcome in the same transaction: the offset
 // commit on success, the retry state or the dead letter on failure. A
-// record whose key failed earlier in the chunk is skipped. It returns the
-// partition's committed offset after folding the finished records into it.
+// record whose key failed earlier in the chunk is skipped. Its last step is
+// the lease fence: when the partition's lease is no longer this
+// subscriber's, applyChunk fails with errLeaseLost and nothing is committed.
+// It returns the partition's committed offset after folding the finished
+// records into it.
 func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int, items []*entry, outs []recOutcome) (int64, error) {
 	now := s.db.Now()
 	w := newWriter(ctx, tx, s.db)
@@ -702,7 +698,14 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 			return 0, err
 		}
 	}
-	return s.compact(w, partition)
+	committed, err := s.compact(w, partition)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.fence(ctx, tx, partition); err != nil {
+		return 0, err
+	}
+	return committed, nil
 }
 
 func (s *Subscription) call(tx *sql.Tx, e *entry, r Record) (err error) {
@@ -867,6 +870,14 @@ func (s *Subscription) apply(r chunkResult) {
 	s.inflight--
 	p := r.part
 	p.busy = false
+	if errors.Is(r.err, errLeaseLost) {
+		// Nothing of the transaction was kept, and the records are the next
+		// owner's.
+		if p.owned {
+			s.lose(p, "queue partition's lease ran out before its records were committed; they are left to the next owner")
+		}
+		return
+	}
 	if r.err != nil {
 		// Nothing of the transaction was kept; the records are tried again
 		// shortly, without counting an attempt.
