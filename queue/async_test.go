@@ -305,9 +305,13 @@ func TestProcess(t *testing.T) {
 		if n := count(t, db, `select count(*) from queue_dead where queue = 'process.order' and grp = 'g'`); n != 1 {
 			t.Errorf("%d dead letters, want the permanent failure's", n)
 		}
-		if n := metric("succeeded") - before["succeeded"]; n != keys*perKey-1 {
-			t.Errorf("succeeded counter rose by %v, want %d", n, keys*perKey-1)
-		}
+		// The counters are counted once the subscriber has the commit's
+		// result, a moment after the commit the lag shows.
+		testwait.Until(t, 30*time.Second, "the succeeded counter counts every finished record", func() bool {
+			return metric("succeeded")-before["succeeded"] == keys*perKey-1
+		}, func() string {
+			return fmt.Sprintf("succeeded counter rose by %v, want %d", metric("succeeded")-before["succeeded"], keys*perKey-1)
+		})
 		if n := metric("dead_lettered") - before["dead_lettered"]; n != 1 {
 			t.Errorf("dead-lettered counter rose by %v, want 1", n)
 		}
