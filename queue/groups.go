@@ -207,7 +207,18 @@ func deleteGroup(ctx context.Context, db *store.DB, topic string, partitions int
 		}
 		held = append(held, p)
 	}
-	err := db.Tx(ctx, func(tx *sql.Tx) error {
+	// A member that holds no partition (one that has just joined, or one
+	// waiting for its share) uses the group too.
+	members, now, err := db.LeasesByPrefix(ctx, memberLeasePrefix(topic, group))
+	if err != nil {
+		return fail(err)
+	}
+	for _, m := range members {
+		if m.HeldAt(now) {
+			return fail(ErrGroupActive)
+		}
+	}
+	err = db.Tx(ctx, func(tx *sql.Tx) error {
 		for _, q := range deleteGroupQueries {
 			if _, err := tx.ExecContext(ctx, q, topic, group); err != nil {
 				return err

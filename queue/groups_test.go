@@ -130,6 +130,30 @@ func TestGroupLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("a member that holds no partition yet makes a delete refuse too", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		topic := newTopic(t, db, "groups.member", 1)
+		if _, err := topic.CreateGroup(t.Context(), "g", queue.StartEarliest); err != nil {
+			t.Fatal(err)
+		}
+		// A subscriber that has joined (its member lease, named as
+		// members.go names it) and has not taken its share yet.
+		const member, owner = "queue.member/groups.member/g/sub/joining", "sub/joining"
+		if ok, err := db.AcquireLease(t.Context(), member, owner, time.Minute); err != nil || !ok {
+			t.Fatalf("take the member lease: %v, %v", ok, err)
+		}
+		if err := topic.DeleteGroup(t.Context(), "g"); !errors.Is(err, queue.ErrGroupActive) {
+			t.Fatalf("DeleteGroup with a live member = %v, want ErrGroupActive", err)
+		}
+		if err := db.ReleaseLease(t.Context(), member, owner); err != nil {
+			t.Fatal(err)
+		}
+		if err := topic.DeleteGroup(t.Context(), "g"); err != nil {
+			t.Fatalf("DeleteGroup once the member left: %v", err)
+		}
+	})
+
 	t.Run("deleting a group removes its offsets, done marks, retries, dead letters, failures and leases, and nothing of another group", func(t *testing.T) {
 		t.Parallel()
 		db := storetest.New(t)

@@ -384,7 +384,17 @@ const (
 func (s *Subscription) load(ctx context.Context, p *partState) {
 	s.drop(p)
 	err := func() error {
-		if err := readRow(ctx, s.db, committedQuery, s.t.name, s.group, p.id).Scan(&p.committed); err != nil {
+		err := readRow(ctx, s.db, committedQuery, s.t.name, s.group, p.id).Scan(&p.committed)
+		if errors.Is(err, sql.ErrNoRows) {
+			// The group was deleted after this subscriber joined it (a
+			// delete refuses while a member is live, but one may join just
+			// after its check): make it again, as Subscribe does.
+			if err := s.t.createGroup(ctx, s.group, s.opts.Start); err != nil {
+				return err
+			}
+			err = readRow(ctx, s.db, committedQuery, s.t.name, s.group, p.id).Scan(&p.committed)
+		}
+		if err != nil {
 			return err
 		}
 		var maxDone int64
