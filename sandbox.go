@@ -8,6 +8,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -36,6 +38,10 @@ type sandbox struct {
 	// onboardingToken and omniToken are the bots' tokens on the fake; empty
 	// for a bot that is not on it.
 	onboardingToken, omniToken string
+	// claims are the leases (sandboxLeaseName) by which this process holds
+	// its sandbox bots on the database, and owner its name in them.
+	claims []string
+	owner  string
 }
 
 // routes mounts the fake Bot API at sandboxPath; its tokens are its
@@ -53,7 +59,9 @@ func (c *config) sandboxBots() (onboarding, omni bool) {
 // or nil when every bot of this process has one. The fake accepts only the
 // bots' tokens, random per database; delivers webhooks only to this
 // instance's own webhook routes; and refuses browsers' cross-origin
-// requests, as anyone who reaches the port reaches it.
+// requests, as anyone who reaches the port reaches it. It claims each of
+// its bots for this process (claimSandboxBot), and fails with
+// errSandboxTaken when another live process on the database runs one.
 func newSandbox(ctx context.Context, cfg *config, db *store.DB, u urls, log *slog.Logger) (*sandbox, error) {
 	onboarding, chat := cfg.sandboxBots()
 	if !onboarding && !chat {
@@ -78,6 +86,10 @@ func newSandbox(ctx context.Context, cfg *config, db *store.DB, u urls, log *slo
 		if err != nil {
 			return nil, err
 		}
+		if err := claimSandboxBot(ctx, db, b.id, sb); err != nil {
+			sb.releaseClaims(db)
+			return nil, err
+		}
 		*b.token = token
 		tokens = append(tokens, token)
 		hooks[b.id] = b.hook
@@ -94,6 +106,93 @@ func newSandbox(ctx context.Context, cfg *config, db *store.DB, u urls, log *slo
 		RefuseCrossOrigin: true,
 	})
 	return sb, nil
+}
+
+// A sandbox bot lives in the memory of one process: its chats, its
+// webhook, the updates waiting for getUpdates. A second process on the
+// same database that ran the same bot on a sandbox of its own would split
+// it in two — one process's sender writing to chats that exist in the
+// other's fake, its webhook registered where no update arrives, the
+// console's sandbox users talking to a bot nobody polls — so each process
+// claims the sandbox bots it runs, by a lease, and a second one is refused
+// while the first lives. The roles of a sandbox bot run in one process; a
+// bot shared by several processes needs a real token (and TELEGRAM_API_URL
+// for a Bot API server they all reach).
+const (
+	// sandboxLeaseTTL is how long a claim outlives its holder: a process
+	// started right after its predecessor was killed waits that long at
+	// most for the claim to expire.
+	sandboxLeaseTTL = 10 * time.Second
+	// sandboxClaimPoll is how often a waiting start looks again.
+	sandboxClaimPoll = 250 * time.Millisecond
+)
+
+// errSandboxTaken refuses a start whose sandbox bot another live process
+// runs on the same database.
+var errSandboxTaken = errors.New("refusing to start: the sandbox bot is another process's")
+
+// sandboxLeaseName is the lease of the process that runs bot botID on its
+// sandbox.
+func sandboxLeaseName(botID int64) string { return "sandbox:bot" + strconv.FormatInt(botID, 10) }
+
+// claimSandboxBot takes the lease of sandbox bot botID for sb's process,
+// waiting up to sandboxLeaseTTL for a predecessor's claim to expire (a
+// process that was killed), and refuses with errSandboxTaken when another
+// process still holds it by then.
+func claimSandboxBot(ctx context.Context, db *store.DB, botID int64, sb *sandbox) error {
+	if sb.owner == "" {
+		sb.owner = store.NewOwnerID()
+	}
+	name := sandboxLeaseName(botID)
+	deadline := time.Now().Add(sandboxLeaseTTL + time.Second)
+	for {
+		held, err := db.AcquireLease(ctx, name, sb.owner, sandboxLeaseTTL)
+		if err != nil {
+			return fmt.Errorf("sandbox: claim bot %d: %w", botID, err)
+		}
+		if held {
+			sb.claims = append(sb.claims, name)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			holder, _, _ := db.Lease(ctx, name)
+			return fmt.Errorf("%w: process %s runs the sandbox bot %d on this database, and a sandbox bot lives in one "+
+				"process's memory. Run the bot's roles (bot; inbound and outbound) in one process, or give the bot a real "+
+				"token (BOT_TELEGRAM_TOKEN, OMNI_TELEGRAM_TOKEN; TELEGRAM_API_URL for a Bot API server every process reaches)",
+				errSandboxTaken, holder.Owner, botID)
+		}
+		if !store.Sleep(ctx, sandboxClaimPoll) {
+			return ctx.Err()
+		}
+	}
+}
+
+// holdClaims keeps sb's claims while ctx lasts (store.RunExclusive renews
+// them) and releases them when it ends, so that the next start need not
+// wait for them to expire.
+func (sb *sandbox) holdClaims(ctx context.Context, db *store.DB, log *slog.Logger) error {
+	var wg sync.WaitGroup
+	for _, name := range sb.claims {
+		wg.Go(func() {
+			_ = db.RunExclusive(ctx, store.LeaseOpts{Name: name, Owner: sb.owner, TTL: sandboxLeaseTTL, Logger: log},
+				func(held context.Context, _ store.Lease) error {
+					<-held.Done()
+					return nil
+				})
+		})
+	}
+	wg.Wait()
+	// Also a claim RunExclusive never got to hold (the process stopped at
+	// once) is given up.
+	sb.releaseClaims(db)
+	return nil
+}
+
+// releaseClaims gives up the claims sb took.
+func (sb *sandbox) releaseClaims(db *store.DB) {
+	for _, name := range sb.claims {
+		_ = db.ReleaseLease(context.Background(), name, sb.owner)
+	}
 }
 
 // sandboxToken is the sandbox token of bot botID: a well-formed Bot API token

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mymmrac/telego"
 
+	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
 )
@@ -358,5 +359,103 @@ func TestSandboxExposureRule(t *testing.T) {
 				t.Errorf("%s: %v, want refused %v", tc.name, err, tc.refused)
 			}
 		}
+	})
+}
+
+// TestSandboxClaims starts the sandbox of two processes on one database:
+// a sandbox bot lives in one process's memory, so a second live process
+// that would run the same bot on a sandbox of its own is refused, naming
+// the first, while a start after the first stopped — or was killed and
+// its claim expired — goes ahead.
+func TestSandboxClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	configOf := func(t *testing.T, args ...string) *config {
+		t.Helper()
+		cfg, err := parseConfig("serve", args, func(string) string { return "" }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	log := newLogger(configOf(t), io.Discard)
+	u := urls{self: "http://127.0.0.1:1", public: "http://127.0.0.1:1"}
+	// second opens the database of db as a second process does.
+	second := func(t *testing.T, db *store.DB) *store.DB {
+		t.Helper()
+		return storetest.NewWith(t, store.Options{Path: db.Path()})
+	}
+	// running starts the first process's sandbox and keeps its claims
+	// until the returned stop.
+	running := func(t *testing.T, cfg *config, db *store.DB) (stop func()) {
+		t.Helper()
+		sb, err := newSandbox(ctx, cfg, db, u, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sb.server.Close)
+		hctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = sb.holdClaims(hctx, db, log)
+		}()
+		return sync.OnceFunc(func() { cancel(); <-done })
+	}
+
+	t.Run("a second live process with the same sandbox bot is refused, naming the first", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		running(t, configOf(t), db)
+		holder, _, err := db.Lease(ctx, sandboxLeaseName(sandboxOnboardingBotID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = newSandbox(ctx, configOf(t), second(t, db), u, log)
+		if !errors.Is(err, errSandboxTaken) || !strings.Contains(err.Error(), holder.Owner) {
+			t.Fatalf("the second process's sandbox: %v; want %v naming %s", err, errSandboxTaken, holder.Owner)
+		}
+	})
+
+	t.Run("a start after the first process stopped goes ahead at once", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		stop := running(t, configOf(t), db)
+		stop()
+		began := time.Now()
+		sb, err := newSandbox(ctx, configOf(t), second(t, db), u, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.server.Close()
+		if d := time.Since(began); d > sandboxLeaseTTL/2 {
+			t.Fatalf("the start waited %s after a stop that released the claims", d)
+		}
+	})
+
+	t.Run("a start after the first process was killed waits for its claims to expire", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		killed, err := newSandbox(ctx, configOf(t), db, u, log) // claims taken, never renewed nor released
+		if err != nil {
+			t.Fatal(err)
+		}
+		killed.server.Close()
+		sb, err := newSandbox(ctx, configOf(t), second(t, db), u, log)
+		if err != nil {
+			t.Fatalf("the start after a kill: %v", err)
+		}
+		sb.server.Close()
+	})
+
+	t.Run("processes that run different sandbox bots share the database", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		running(t, configOf(t, "--roles", "backend,bot"), db)
+		sb, err := newSandbox(ctx, configOf(t, "--roles", "inbound,chat,outbound"), second(t, db), u, log)
+		if err != nil {
+			t.Fatalf("the inbox bot's process beside the onboarding bot's: %v", err)
+		}
+		sb.server.Close()
 	})
 }

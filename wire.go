@@ -172,6 +172,10 @@ func wireSandbox(ctx context.Context, w wiring) (*sandbox, part, error) {
 		closers: []func(){sb.server.Close},
 		// Its long polls end when the server starts shutting down.
 		onShutdown: []func(){sb.server.Close},
+		// Its bots are this process's while it runs (claimSandboxBot).
+		workers: []worker{workerFunc{"sandbox-claims", func(ctx context.Context) error {
+			return sb.holdClaims(ctx, w.db, w.log.With(slog.String("subsystem", "sandbox")))
+		}}},
 	}, nil
 }
 
@@ -262,7 +266,8 @@ func wireReferral(ctx context.Context, w wiring) (*referral.Service, part, error
 
 // wireChat wires the chat platform: the admin surface everywhere; inbound,
 // chat and outbound by role, each of which can be its own process on the
-// same file.
+// same database (with a real token: a sandbox bot is one process's,
+// claimSandboxBot).
 func wireChat(w wiring, sb *sandbox) (*omni.Admin, part) {
 	cfg := w.cfg
 	token, api := cfg.OmniToken, cfg.TelegramAPIURL
@@ -276,9 +281,11 @@ func wireChat(w wiring, sb *sandbox) (*omni.Admin, part) {
 		in := omni.NewInbound(omni.InboundOpts{DB: w.db, Token: token, WebhookSecret: w.sec.OmniWebhook, AuthLimiter: w.authLimit, Logger: log})
 		p.public = append(p.public, in.Routes)
 		// Telegram (or the sandbox) is told where to deliver once the
-		// server is up, and told again until it takes it.
-		base := w.u.public
-		if cfg.OmniToken == "" {
+		// server is up, and told again until it takes it: Telegram by one
+		// instance of the fleet, the sandbox (this process's own) by this
+		// process.
+		base, own := w.u.public, cfg.OmniToken == ""
+		if own {
 			base = w.u.self
 		}
 		p.workers = append(p.workers, workerFunc{"omni-webhook", func(ctx context.Context) error {
@@ -286,7 +293,7 @@ func wireChat(w wiring, sb *sandbox) (*omni.Admin, part) {
 			if err != nil {
 				return fmt.Errorf("omni webhook: %w", err)
 			}
-			return in.RegisterWebhook(ctx, omni.RegisterOpts{Bot: tg, BaseURL: base})
+			return in.RegisterWebhook(ctx, omni.RegisterOpts{Bot: tg, BaseURL: base, OwnAPI: own})
 		}})
 	}
 	if cfg.has("chat") {

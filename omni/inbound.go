@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -214,19 +217,64 @@ func (in *Inbound) SetWebhook(ctx context.Context, bot *telego.Bot, publicURL st
 type RegisterOpts struct {
 	// Bot is the business-inbox bot's Bot API client.
 	Bot *telego.Bot
-	// BaseURL is where Telegram reaches this process: the webhook is
-	// BaseURL + WebhookPath.
+	// BaseURL is where Telegram reaches the inbound role: the webhook is
+	// BaseURL + WebhookPath. Behind a load balancer it is the public URL,
+	// the same for every instance.
 	BaseURL string
 	// FirstRetry is the wait after the first failed attempt (1 s when
 	// zero); each next wait doubles, up to MaxRetry (1 min when zero).
 	FirstRetry, MaxRetry time.Duration
+	// OwnAPI says the Bot API is this process's own (the sandbox's fake,
+	// in its memory): the webhook is set on it at every start, by this
+	// process alone. Otherwise the Bot API — Telegram, or a server at
+	// TELEGRAM_API_URL — is every instance's, and the webhook is the
+	// fleet's: one instance at a time registers it (the lease
+	// WebhookLeaseName), and only when it is not set as wanted already.
+	OwnAPI bool
+	// LeaseTTL is the lease's time to live (DefaultWebhookLeaseTTL when
+	// zero): how long the others wait for a holder that died.
+	LeaseTTL time.Duration
 }
 
-// RegisterWebhook sets the webhook (SetWebhook) and, while Telegram cannot
-// be reached or refuses it (a 5xx, a network blip, a public URL it does not
-// take), tries again with a doubling wait: until the webhook is set, no chat
-// update arrives. Each failed attempt is logged as a warning. It returns nil
-// once the webhook is set, and ctx's error when ctx ends first.
+// DefaultWebhookLeaseTTL is RegisterOpts.LeaseTTL's default.
+const DefaultWebhookLeaseTTL = 20 * time.Second
+
+// WebhookLeaseName is the lease under which one instance at a time
+// registers the webhook of the bot botID.
+func WebhookLeaseName(botID int64) string { return "omni:webhook:bot" + strconv.FormatInt(botID, 10) }
+
+// webhookSettingKey is the store setting that records the webhook the
+// fleet last registered for the bot (webhookFingerprint).
+func webhookSettingKey(botID int64) string { return "omni.webhook.bot" + strconv.FormatInt(botID, 10) }
+
+// webhookFingerprint names one registration: its URL, secret and update
+// types. The secret enters through SHA-256 only, so the record does not
+// hold it.
+func webhookFingerprint(url, secret string, allowed []string) string {
+	h := sha256.New()
+	for _, part := range append([]string{"switchyard omni webhook", url, secret}, allowed...) {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// RegisterWebhook makes Telegram deliver the bot's updates to
+// BaseURL + WebhookPath (SetWebhook), and returns nil once it does, or ctx's
+// error when ctx ends first. While Telegram cannot be reached or refuses it
+// (a 5xx, a network blip, a public URL it does not take), it tries again
+// with a doubling wait, logging each failed attempt as a warning: until the
+// webhook is set, no chat update arrives.
+//
+// Several instances that start at once set the webhook once between them
+// (unless OwnAPI): each takes the lease WebhookLeaseName in turn; the
+// first sets the webhook and records its fingerprint (URL, secret's hash,
+// update types) in the store; the next ones find the record matching
+// theirs and Telegram's getWebhookInfo showing the URL and update types,
+// and return without setting it again. A changed URL, secret or update
+// list — or a webhook someone changed or deleted outside — is set again by
+// the first instance that sees it. A holder that dies mid-way is taken
+// over within the lease's TTL; one that stops gracefully, within a second.
 func (in *Inbound) RegisterWebhook(ctx context.Context, opts RegisterOpts) error {
 	if opts.FirstRetry <= 0 {
 		opts.FirstRetry = time.Second
@@ -235,6 +283,64 @@ func (in *Inbound) RegisterWebhook(ctx context.Context, opts RegisterOpts) error
 		opts.MaxRetry = time.Minute
 	}
 	opts.MaxRetry = max(opts.MaxRetry, opts.FirstRetry)
+	if opts.OwnAPI {
+		return in.setWebhookRetrying(ctx, opts)
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = DefaultWebhookLeaseTTL
+	}
+	lease := store.LeaseOpts{
+		Name:   WebhookLeaseName(in.botID),
+		TTL:    opts.LeaseTTL,
+		Logger: in.log.With(slog.Int64("bot_id", in.botID)),
+	}
+	registered := false
+	err := in.db.RunExclusive(ctx, lease, func(held context.Context, _ store.Lease) error {
+		err := in.ensureWebhook(held, opts)
+		registered = err == nil
+		return err
+	})
+	if err == nil && !registered {
+		return ctx.Err() // ended while another instance held the lease
+	}
+	return err
+}
+
+// ensureWebhook is RegisterWebhook's work under the lease: it sets the
+// webhook unless the record and Telegram both say it is set as wanted.
+func (in *Inbound) ensureWebhook(ctx context.Context, opts RegisterOpts) error {
+	url := strings.TrimRight(opts.BaseURL, "/") + WebhookPath
+	want := webhookFingerprint(url, in.secret, AllowedUpdates)
+	key := webhookSettingKey(in.botID)
+	if rec, ok, err := in.db.Setting(ctx, key); err == nil && ok && rec == want {
+		info, err := opts.Bot.GetWebhookInfo(ctx)
+		if err == nil && info.URL == url && sameUpdates(info.AllowedUpdates, AllowedUpdates) {
+			in.log.Info("telegram webhook already set as wanted; not set again", slog.String("url", url))
+			return nil
+		}
+	}
+	if err := in.setWebhookRetrying(ctx, opts); err != nil {
+		return err
+	}
+	// The record spares the other instances a setWebhook. One that failed
+	// to be written only costs them one more.
+	if err := in.db.SetSetting(ctx, key, want); err != nil && ctx.Err() == nil {
+		in.log.Warn("telegram webhook set, but not recorded; the next instance sets it again", slog.Any("err", err))
+	}
+	return nil
+}
+
+// sameUpdates reports whether the update types a and b are the same set.
+func sameUpdates(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
+// setWebhookRetrying sets the webhook, trying again with a doubling wait
+// until it is set (nil) or ctx ends (ctx's error).
+func (in *Inbound) setWebhookRetrying(ctx context.Context, opts RegisterOpts) error {
 	for wait := opts.FirstRetry; ; wait = min(2*wait, opts.MaxRetry) {
 		err := in.SetWebhook(ctx, opts.Bot, opts.BaseURL)
 		if err == nil {

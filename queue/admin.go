@@ -105,7 +105,10 @@ type GroupStats struct {
 	// Dead counts the group's dead letters.
 	Dead int64
 	// OldestAge is the age of the oldest unprocessed record in any partition.
-	OldestAge  time.Duration
+	OldestAge time.Duration
+	// Members are the owner ids (sub/host:pid:random) of the group's live
+	// subscribers, in any process, sorted.
+	Members    []string
 	Partitions []GroupPartitionStats
 }
 
@@ -124,6 +127,12 @@ type GroupPartitionStats struct {
 	// when caught up.
 	OldestAt  time.Time
 	OldestAge time.Duration
+	// Owner is the subscriber holding the partition's lease (an owner id
+	// as in GroupStats.Members; a seek holds it for a moment too), and
+	// LeaseExpiresAt when that lease runs out unless renewed, by the lease
+	// clock. Both are zero when nobody holds it.
+	Owner          string
+	LeaseExpiresAt time.Time
 }
 
 const queueStatsQuery = `
@@ -257,7 +266,7 @@ func (a *Admin) topicStats(ctx context.Context) ([]TopicStats, error) {
 			}
 			ts.Partitions = append(ts.Partitions, ps)
 		}
-		groups, err := a.groupNames(ctx, ts.Name)
+		groups, err := groupNames(ctx, a.db, ts.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -272,8 +281,8 @@ func (a *Admin) topicStats(ctx context.Context) ([]TopicStats, error) {
 	return topics, nil
 }
 
-func (a *Admin) groupNames(ctx context.Context, topic string) ([]string, error) {
-	rows, err := a.db.Read.QueryContext(ctx, `select grp from queue_groups where topic = ? order by grp`, topic)
+func groupNames(ctx context.Context, db *store.DB, topic string) ([]string, error) {
+	rows, err := db.Read.QueryContext(ctx, `select grp from queue_groups where topic = ? order by grp`, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -291,11 +300,17 @@ func (a *Admin) groupNames(ctx context.Context, topic string) ([]string, error) 
 
 func groupStats(ctx context.Context, db *store.DB, topic, group string, partitions int, now time.Time) (GroupStats, error) {
 	gs := GroupStats{Group: group}
+	v, err := readGroupView(ctx, db, topic, group, partitions)
+	if err != nil {
+		return gs, err
+	}
+	gs.Members = v.members
 	for p := range partitions {
 		ps, err := groupPartitionStats(ctx, db, topic, group, p, now)
 		if err != nil {
 			return gs, err
 		}
+		ps.Owner, ps.LeaseExpiresAt = v.owner[p], v.expires[p]
 		gs.Lag += ps.Lag
 		gs.OldestAge = max(gs.OldestAge, ps.OldestAge)
 		gs.Partitions = append(gs.Partitions, ps)
@@ -760,6 +775,9 @@ type PruneResult struct {
 	Records  int64
 	Keys     int64
 	Failures int64
+	// Members counts the member leases removed: those of subscribers that
+	// died without stopping, expired for an hour.
+	Members int64
 }
 
 // pruneBatch bounds the rows one prune transaction deletes, so the writer
@@ -768,8 +786,9 @@ const pruneBatch = 5000
 
 // Prune applies retention once: topic records older than their topic's
 // retention that every group has finished, idempotency keys older than
-// KeyRetention, failure records older than FailureRetention. Dead letters
-// are kept until an operator redrives or purges them.
+// KeyRetention, failure records older than FailureRetention, and the
+// member leases that subscribers which died left behind, an hour after they
+// expired. Dead letters are kept until an operator redrives or purges them.
 func (a *Admin) Prune(ctx context.Context) (PruneResult, error) {
 	var res PruneResult
 	now := a.db.Now()
@@ -823,6 +842,14 @@ func (a *Admin) Prune(ctx context.Context) (PruneResult, error) {
 			return res, fmt.Errorf("queue: prune: %w", err)
 		}
 	}
+	// Member lease names carry their owner, so each run of a process adds
+	// one; a PruneLeases prefix of "queue.member/" holds them all. The hour
+	// leaves any clock skew between the store and the lease clock behind.
+	n, err := a.db.PruneLeases(ctx, memberLeasesPrefix, now.Add(-time.Hour))
+	if err != nil {
+		return res, fmt.Errorf("queue: prune: %w", err)
+	}
+	res.Members = n
 	return res, nil
 }
 
@@ -841,8 +868,9 @@ func (a *Admin) RunJanitor(ctx context.Context) {
 			res, err := a.Prune(ctx)
 			if err != nil && ctx.Err() == nil {
 				a.log.Error("queue prune failed", slog.Any("err", err))
-			} else if res.Records+res.Keys+res.Failures > 0 {
-				a.log.Info("queue pruned", slog.Int64("records", res.Records), slog.Int64("keys", res.Keys), slog.Int64("failures", res.Failures))
+			} else if res.Records+res.Keys+res.Failures+res.Members > 0 {
+				a.log.Info("queue pruned", slog.Int64("records", res.Records), slog.Int64("keys", res.Keys), slog.Int64("failures", res.Failures),
+					slog.Int64("members", res.Members))
 			}
 		}
 		select {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -349,6 +350,19 @@ func TestAdminTopics(t *testing.T) {
 		if n := len(topics[0]["partitions"].([]any)); n != 6 {
 			t.Errorf("%d partitions listed, want 6", n)
 		}
+		// The subscriber is the group's one member and owns every
+		// partition, under a lease that names its process.
+		members, _ := g["members"].([]any)
+		prefix := fmt.Sprintf("sub/%s:%d:", hostname(t), os.Getpid())
+		if len(members) != 1 || !strings.HasPrefix(fmt.Sprint(members[0]), prefix) {
+			t.Errorf("group members %v, want the one subscriber, named %s…", g["members"], prefix)
+		}
+		for _, p := range g["partitions"].([]any) {
+			p := p.(map[string]any)
+			if len(members) == 1 && (p["owner"] != members[0] || p["leaseExpiresAt"] == nil) {
+				t.Errorf("partition %v: owner %v until %v, want %v", p["partition"], p["owner"], p["leaseExpiresAt"], members[0])
+			}
+		}
 		close(fixed)
 		r = call(t, http.MethodPost, api+"/topics/pin.identity.users.v1/groups/referral-identity-users/dlq/redrive", "")
 		if r.status != http.StatusOK || r.body["redriven"] != float64(2) {
@@ -416,6 +430,38 @@ func TestStatsAndPrune(t *testing.T) {
 		}
 	})
 
+	t.Run("retention removes the member leases that subscribers which died left behind, an hour after they expired", func(t *testing.T) {
+		db2, clock2 := storetest.NewWithClock(t)
+		admin2 := queue.NewAdmin(queue.AdminOpts{DB: db2})
+		for _, l := range []struct {
+			name, owner string
+			ttl         time.Duration
+		}{
+			{"queue.member/t/g/sub/dead", "sub/dead", 30 * time.Second},
+			{"queue.member/t/g/sub/alive", "sub/alive", 3 * time.Hour},
+			{"queue.group/t/g/0", "sub/dead", 30 * time.Second},
+			{"other.member/x", "x", 30 * time.Second},
+		} {
+			if held, err := db2.AcquireLease(t.Context(), l.name, l.owner, l.ttl); err != nil || !held {
+				t.Fatalf("AcquireLease(%s) = %v, %v", l.name, held, err)
+			}
+		}
+		clock2.Advance(time.Hour)
+		if res, err := admin2.Prune(t.Context()); err != nil || res.Members != 0 {
+			t.Fatalf("Prune within the hour = %+v, %v; want no member lease removed", res, err)
+		}
+		clock2.Advance(time.Minute)
+		if res, err := admin2.Prune(t.Context()); err != nil || res.Members != 1 {
+			t.Fatalf("Prune = %+v, %v; want the dead member's lease removed", res, err)
+		}
+		if n := count(t, db2, `select count(*) from store_leases where name = 'queue.member/t/g/sub/dead'`); n != 0 {
+			t.Errorf("the dead member's lease is still there")
+		}
+		if n := count(t, db2, `select count(*) from store_leases`); n != 3 {
+			t.Errorf("%d leases left, want the live member's, the partition's and the other package's", n)
+		}
+	})
+
 	t.Run("retention removes old idempotency keys and failure records", func(t *testing.T) {
 		q := queue.New(queue.NewOpts{DB: db, Name: "keys"})
 		if _, err := q.Send(t.Context(), queue.Message{Body: []byte("x"), Key: "k"}); err != nil {
@@ -464,4 +510,13 @@ func TestStatsAndPrune(t *testing.T) {
 			t.Errorf("topics %+v", st.Topics)
 		}
 	})
+}
+
+func hostname(t *testing.T) string {
+	t.Helper()
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown-host"
+	}
+	return h
 }

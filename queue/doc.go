@@ -33,6 +33,23 @@
 //     even in the same partition, keep flowing.
 //   - The handler gets the transaction that commits the offset: its writes
 //     and the commit happen together (exactly-once for local effects).
+//   - A consumer whose effects leave the database subscribes with Process
+//     instead of Handler: Process runs outside any transaction, so however
+//     long it waits it holds up no other writer, and its outcome (finished,
+//     retry, dead letter) is committed after it returns, in a short
+//     transaction of its own. That is at-least-once, as for queue workers:
+//     a record whose outcome was not committed (a crash, a hard stop, a
+//     lease lost meanwhile) is processed again, so Process must be
+//     idempotent. Order per key and what a retry holds back are the same.
+//   - Groups have a lifecycle: CreateGroup makes one without subscribing
+//     (Subscribe creates its group too), Groups lists them, and DeleteGroup
+//     removes a group nobody subscribes to with all it keeps, so retention
+//     stops keeping records for it.
+//   - A group's partitions are balanced among its live subscribers in every
+//     process on the database (6 partitions over 3 instances, 2 each); a
+//     stopping subscriber hands its partitions over at once, a dead one's
+//     are taken when its leases expire, and a subscriber whose lease ran out
+//     commits nothing (members.go).
 //
 // Sends and publishes in this process wake its workers as soon as their
 // transaction commits (never before: the workers' receives run in
@@ -45,11 +62,13 @@
 // receive skips the rows another receive has locked (FOR UPDATE SKIP LOCKED),
 // a transaction that reads and writes an order key's slots holds the key's
 // advisory lock (lock.go), a transaction of a partition's records locks
-// the group's offset row first, and a transaction's publishes are written
-// just before its commit, taking their partitions' rows in one sorted order
-// (so that publishers to several partitions never deadlock).
+// the group's offset row first and its lease row last, and a transaction's
+// publishes are written just before its commit, taking their partitions'
+// rows in one sorted order (so that publishers to several partitions never
+// deadlock).
 //
 // Admin is the operator's side: Stats for the console, the JSON admin API
-// (AdminRoutes), redrive and purge, and the janitor that applies retention.
+// (AdminRoutes: queues, topics, groups, dead letters), redrive and purge,
+// and the janitor that applies retention.
 // docs/queue.md describes the mechanisms in full.
 package queue

@@ -2,13 +2,16 @@ package queue
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -28,6 +31,9 @@ import (
 //	GET  /topics                                     topics, partitions, groups with lag
 //	POST /topics/{topic}/messages?key=               publish a JSON object (key: ?key= or its "aggregateId")
 //	GET  /topics/{topic}/messages?partition=&fromOffset=&limit=   read the retained log
+//	GET  /topics/{topic}/groups                      the topic's groups: lag, active, created
+//	POST /topics/{topic}/groups                      create a group: {"group": "…", "start": "earliest"|"latest"}
+//	DELETE /topics/{topic}/groups/{group}            delete a group that no subscriber holds, with all it keeps
 //	GET  /topics/{topic}/groups/{group}/dlq?limit=   a group's dead letters
 //	POST /topics/{topic}/groups/{group}/dlq/redrive  redrive them all
 //	POST /topics/{topic}/groups/{group}/dlq/{id}/redrive
@@ -42,6 +48,9 @@ func (a *Admin) AdminRoutes(r *mux.Router) {
 	r.Handle("/topics", httpjson.HandlerFunc(a.handleTopics)).Methods(http.MethodGet)
 	r.Handle("/topics/{topic}/messages", httpjson.HandlerFunc(a.handlePublish)).Methods(http.MethodPost)
 	r.Handle("/topics/{topic}/messages", httpjson.HandlerFunc(a.handleRead)).Methods(http.MethodGet)
+	r.Handle("/topics/{topic}/groups", httpjson.HandlerFunc(a.handleGroups)).Methods(http.MethodGet)
+	r.Handle("/topics/{topic}/groups", httpjson.HandlerFunc(a.handleCreateGroup)).Methods(http.MethodPost)
+	r.Handle("/topics/{topic}/groups/{group}", httpjson.HandlerFunc(a.handleDeleteGroup)).Methods(http.MethodDelete)
 	r.Handle("/topics/{topic}/groups/{group}/dlq", httpjson.HandlerFunc(a.handleGroupDead)).Methods(http.MethodGet)
 	r.Handle("/topics/{topic}/groups/{group}/dlq/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
 	r.Handle("/topics/{topic}/groups/{group}/dlq/purge", httpjson.HandlerFunc(a.handlePurgeDead)).Methods(http.MethodPost)
@@ -260,6 +269,7 @@ type groupJSON struct {
 	Retrying         int64                `json:"retrying"`
 	Dead             int64                `json:"dead"`
 	OldestAgeSeconds float64              `json:"oldestAgeSeconds"`
+	Members          []string             `json:"members"`
 	Partitions       []groupPartitionJSON `json:"partitions"`
 }
 
@@ -270,6 +280,8 @@ type groupPartitionJSON struct {
 	Lag              int64      `json:"lag"`
 	OldestAt         *time.Time `json:"oldestAt"`
 	OldestAgeSeconds float64    `json:"oldestAgeSeconds"`
+	Owner            string     `json:"owner"`
+	LeaseExpiresAt   *time.Time `json:"leaseExpiresAt"`
 }
 
 func (a *Admin) handleTopics(w http.ResponseWriter, r *http.Request) error {
@@ -284,18 +296,118 @@ func (a *Admin) handleTopics(w http.ResponseWriter, r *http.Request) error {
 			tj.Partitions = append(tj.Partitions, partitionJSON(p))
 		}
 		for _, g := range t.Groups {
-			gj := groupJSON{Group: g.Group, Lag: g.Lag, Retrying: g.Retrying, Dead: g.Dead, OldestAgeSeconds: g.OldestAge.Seconds()}
-			for _, p := range g.Partitions {
-				gj.Partitions = append(gj.Partitions, groupPartitionJSON{
-					Partition: p.Partition, Committed: p.Committed, End: p.End, Lag: p.Lag,
-					OldestAt: timePtr(p.OldestAt), OldestAgeSeconds: p.OldestAge.Seconds(),
-				})
-			}
-			tj.Groups = append(tj.Groups, gj)
+			tj.Groups = append(tj.Groups, groupJSONOf(g))
 		}
 		out = append(out, tj)
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"topics": out})
+	return nil
+}
+
+func groupJSONOf(g GroupStats) groupJSON {
+	gj := groupJSON{Group: g.Group, Lag: g.Lag, Retrying: g.Retrying, Dead: g.Dead, OldestAgeSeconds: g.OldestAge.Seconds(),
+		Members: append([]string{}, g.Members...), Partitions: []groupPartitionJSON{}}
+	for _, p := range g.Partitions {
+		gj.Partitions = append(gj.Partitions, groupPartitionJSON{
+			Partition: p.Partition, Committed: p.Committed, End: p.End, Lag: p.Lag,
+			OldestAt: timePtr(p.OldestAt), OldestAgeSeconds: p.OldestAge.Seconds(),
+			Owner: p.Owner, LeaseExpiresAt: timePtr(p.LeaseExpiresAt),
+		})
+	}
+	return gj
+}
+
+// groupInfoJSON is a group as the groups routes show it.
+type groupInfoJSON struct {
+	groupJSON
+	CreatedAt time.Time `json:"createdAt"`
+	Active    bool      `json:"active"`
+}
+
+func groupInfoView(g GroupInfo) groupInfoJSON {
+	return groupInfoJSON{groupJSON: groupJSONOf(g.GroupStats), CreatedAt: g.CreatedAt, Active: g.Active}
+}
+
+func (a *Admin) handleGroups(w http.ResponseWriter, r *http.Request) error {
+	ti, err := loadTopic(r.Context(), a.db, mux.Vars(r)["topic"])
+	if err != nil {
+		return notFound(err)
+	}
+	groups, err := listGroups(r.Context(), a.db, ti.name, ti.partitions)
+	if err != nil {
+		return err
+	}
+	out := make([]groupInfoJSON, 0, len(groups))
+	for _, g := range groups {
+		out = append(out, groupInfoView(g))
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"groups": out})
+	return nil
+}
+
+// handleCreateGroup creates a group: 201 with the group when it is new, 200
+// with the group as it stands when it existed (its offsets unmoved, whatever
+// start says), so that a client may repeat the request safely.
+func (a *Admin) handleCreateGroup(w http.ResponseWriter, r *http.Request) error {
+	ti, err := loadTopic(r.Context(), a.db, mux.Vars(r)["topic"])
+	if err != nil {
+		return notFound(err)
+	}
+	var body struct {
+		Group string `json:"group"`
+		Start string `json:"start"`
+	}
+	if err := httpjson.Decode(r, &body); err != nil {
+		return err
+	}
+	if err := CheckGroupName(body.Group); err != nil {
+		return httpjson.BadRequest("group: %s", strings.TrimPrefix(err.Error(), "queue: "))
+	}
+	var start StartPosition
+	switch body.Start {
+	case "", "earliest":
+		start = StartEarliest
+	case "latest":
+		start = StartLatest
+	default:
+		return httpjson.BadRequest(`start must be "earliest" or "latest", not %q`, body.Start)
+	}
+	created, err := createGroup(r.Context(), a.db, ti.name, ti.partitions, body.Group, start)
+	if err != nil {
+		return err
+	}
+	g, err := groupInfo(r.Context(), a.db, ti.name, ti.partitions, body.Group)
+	if err != nil {
+		return notFound(err)
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		a.log.Info("queue group created", slog.String("topic", ti.name), slog.String("group", body.Group),
+			slog.String("start", cmp.Or(body.Start, "earliest")), slog.String("outcome", "created"))
+	}
+	httpjson.Write(w, status, groupInfoView(g))
+	return nil
+}
+
+// handleDeleteGroup deletes a group: 204, 404 when the topic or the group is
+// unknown, 409 group_active while a subscriber holds it.
+func (a *Admin) handleDeleteGroup(w http.ResponseWriter, r *http.Request) error {
+	v := mux.Vars(r)
+	ti, err := loadTopic(r.Context(), a.db, v["topic"])
+	if err != nil {
+		return notFound(err)
+	}
+	group := v["group"]
+	switch err := deleteGroup(r.Context(), a.db, ti.name, ti.partitions, group); {
+	case errors.Is(err, ErrGroupActive):
+		return httpjson.Errorf(http.StatusConflict, "group_active",
+			"consumer group %q of topic %q has a live subscriber; stop it in every process first", group, ti.name)
+	case err != nil:
+		return notFound(err)
+	}
+	a.log.Info("queue group deleted", slog.String("topic", ti.name), slog.String("group", group), slog.String("outcome", "deleted"))
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -16,7 +17,8 @@ import (
 // but one whose lease ran out may still be committing a transaction when the
 // next owner starts its own. On SQLite the two transactions run one after
 // the other; on PostgreSQL they run side by side, and each must still see
-// what the other did, or a record takes effect twice.
+// what the other did, or a record takes effect twice; and the one whose
+// lease ran out commits nothing (the lease fence; see fence_test.go).
 func TestOverlappingOwners(t *testing.T) {
 	t.Parallel()
 
@@ -69,6 +71,10 @@ func TestOverlappingOwners(t *testing.T) {
 			return effect(ctx, tx, r)
 		})
 		oldOwner := owner(topic, "g", effect)
+		// The new owner holds the partition's lease; the old one's ran out.
+		if held, err := db.AcquireLease(ctx, leaseName("owners", "g", 0), newOwner.owner, time.Minute); err != nil || !held {
+			t.Fatalf("AcquireLease = %v, %v", held, err)
+		}
 
 		newErr := make(chan error, 1)
 		go func() {
@@ -87,8 +93,8 @@ func TestOverlappingOwners(t *testing.T) {
 		if err := <-newErr; err != nil {
 			t.Fatalf("the new owner's transaction: %v", err)
 		}
-		if oldErr != nil {
-			t.Fatalf("the old owner's transaction: %v", oldErr)
+		if !errors.Is(oldErr, errLeaseLost) {
+			t.Fatalf("the old owner's transaction: %v, want errLeaseLost", oldErr)
 		}
 		for off := range int64(2) {
 			if n := count(t, db, `select count(*) from effects where log_offset = ?`, off); n != 1 {
@@ -105,7 +111,8 @@ func TestOverlappingOwners(t *testing.T) {
 }
 
 // owner is a subscriber of group that owns the topic's partitions without
-// taking their leases: what an owner whose lease ran out still does.
+// taking their leases: what an owner whose lease ran out still does (a test
+// that wants it to hold one takes it with its owner id).
 func owner(topic *Topic, group string, handler RecordHandlerFunc) *Subscription {
 	return &Subscription{
 		t: topic, db: topic.db, group: group,

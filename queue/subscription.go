@@ -19,9 +19,11 @@ import (
 // that also commits the group's offset: the handler's writes and the commit
 // happen together or not at all (exactly-once for local effects). It runs on
 // the database's writer, so it must only use tx — no network calls, no
-// db.Tx. Return nil to commit, an error to retry with backoff (holding back
-// later records of the same key only), RetryAfter(d, err), or Permanent(err)
-// to dead-letter the record; the handler's writes are rolled back on error.
+// db.Tx; a consumer whose effects leave the database uses
+// SubscribeOpts.Process instead. Return nil to commit, an error to retry
+// with backoff (holding back later records of the same key only),
+// RetryAfter(d, err), or Permanent(err) to dead-letter the record; the
+// handler's writes are rolled back on error.
 type RecordHandlerFunc func(ctx context.Context, tx *sql.Tx, r Record) error
 
 // StartPosition is where a new consumer group begins.
@@ -38,10 +40,18 @@ const (
 // SubscribeOpts configure Topic.Subscribe. Zero values get defaults.
 type SubscribeOpts struct {
 	// Group names the consumer group; its offsets are shared by every
-	// subscriber of the group, in any process on the file.
+	// subscriber of the group, in any process on the database, and its
+	// partitions are balanced among them.
 	Group string
-	// Handler is required.
+	// Handler handles each record inside the transaction that commits it
+	// (exactly-once for local effects). Exactly one of Handler and Process
+	// is required.
 	Handler RecordHandlerFunc
+	// Process handles each record outside any transaction, for consumers
+	// whose effects leave the database; the outcomes of up to BatchSize
+	// records are committed after they were processed (at-least-once: see
+	// RecordProcessFunc).
+	Process RecordProcessFunc
 	// Retry is the group's failure policy (defaults in RetryPolicy).
 	Retry RetryPolicy
 	// Start applies only when the group is created.
@@ -58,10 +68,13 @@ type SubscribeOpts struct {
 	// the cap the partition stops reading ahead (default 4096).
 	MaxPending int
 	// PollInterval is how often the subscriber looks for records published
-	// by other processes (default 500 ms).
+	// by other processes, and at the group's leases: a partition freed or a
+	// member joined in another process is noticed within it (default 500 ms).
 	PollInterval time.Duration
-	// LeaseTTL is how long a partition stays owned without renewal
-	// (default 30 s); a standby subscriber takes over after it.
+	// LeaseTTL is how long a subscriber's member lease and partitions stay
+	// its own without renewal (default 30 s; renewed every third of it): a
+	// subscriber that dies without stopping keeps its partitions from the
+	// others this long. One that stops hands them over at once.
 	LeaseTTL time.Duration
 }
 
@@ -72,8 +85,10 @@ type Subscription struct {
 	group string
 	opts  SubscribeOpts
 	retry RetryPolicy
-	owner string
-	log   *slog.Logger
+	owner string // names the process: sub/host:pid:random
+	// member is the name of the subscriber's member lease in the group.
+	member string
+	log    *slog.Logger
 
 	hctx    context.Context
 	hcancel context.CancelFunc
@@ -88,6 +103,7 @@ type Subscription struct {
 
 	// Owned by the loop goroutine.
 	parts    []*partState
+	joined   bool // the member lease was taken once
 	inflight int
 	next     int       // partition to look at first, for fairness
 	nextDue  time.Time // earliest retry of a held-back record
@@ -99,6 +115,7 @@ type Subscription struct {
 type partState struct {
 	id        int
 	owned     bool
+	releasing bool // to be handed over to another member once idle
 	committed int64
 	fetchPos  int64
 	caughtUp  bool
@@ -117,6 +134,7 @@ type entry struct {
 	notBefore   time.Time
 	hasRetryRow bool
 	finished    bool
+	processed   error // what Process returned, for the commit of its outcome
 }
 
 type recOutcome struct {
@@ -144,14 +162,15 @@ type chunkResult struct {
 }
 
 // Subscribe creates the group if it is new (starting at opts.Start) and runs
-// a subscriber: it takes the partitions no live subscriber of the group owns
-// (lease locks), reads their logs from the committed offsets and hands the
-// records to the handler in offset order, except that the records of a key
-// with a record waiting for a retry are held back while other keys pass.
+// a subscriber: it joins the group's members, takes its share of the
+// partitions (lease locks; see members.go), reads their logs from the
+// committed offsets and hands the records to the handler in offset order,
+// except that the records of a key with a record waiting for a retry are
+// held back while other keys pass.
 // ctx carries values to the handler; cancelling it is a hard stop.
 func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscription, error) {
-	if opts.Handler == nil {
-		panic("queue: nil handler")
+	if (opts.Handler == nil) == (opts.Process == nil) {
+		panic("queue: Subscribe needs exactly one of Handler and Process")
 	}
 	if opts.Group == "" {
 		panic("queue: empty group")
@@ -177,13 +196,15 @@ func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscriptio
 	}
 	declareConsumerMetrics(t.name, opts.Group)
 	hctx, cancel := context.WithCancel(ctx)
+	owner := "sub/" + store.NewOwnerID()
 	s := &Subscription{
 		t:        t,
 		db:       t.db,
 		group:    opts.Group,
 		opts:     opts,
 		retry:    opts.Retry.withDefaults(),
-		owner:    "sub/" + string(newID()),
+		owner:    owner,
+		member:   memberLeaseName(t.name, opts.Group, owner),
 		log:      t.log.With(slog.String("group", opts.Group)),
 		hctx:     hctx,
 		hcancel:  cancel,
@@ -209,38 +230,13 @@ func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscriptio
 	return s, nil
 }
 
-func (t *Topic) createGroup(ctx context.Context, group string, start StartPosition) error {
-	err := t.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `
-			insert into queue_groups (topic, grp, created_at) values (?, ?, ?)
-			on conflict (topic, grp) do nothing`, t.name, group, store.TS(t.db.Now())); err != nil {
-			return err
-		}
-		for p := range t.partitions {
-			var first, end int64
-			if err := tx.QueryRowContext(ctx, logBoundsQuery, t.name, p, t.name, p).Scan(&first, &end); err != nil {
-				return err
-			}
-			committed := first
-			if start == StartLatest {
-				committed = end
-			}
-			if _, err := tx.ExecContext(ctx, `
-				insert into queue_group_offsets (topic, grp, partition_id, committed) values (?, ?, ?, ?)
-				on conflict (topic, grp, partition_id) do nothing`, t.name, group, p, committed); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("queue: create group %s/%s: %w", t.name, group, err)
-	}
-	return nil
-}
+// Owner is the subscriber's owner id, sub/host:pid:random: what its leases
+// and the admin API's group members and partition owners name it by.
+func (s *Subscription) Owner() string { return s.owner }
 
-// Stop stops handing out records, waits for the transactions in flight and
-// releases the group's partitions for another subscriber. When ctx ends
+// Stop stops handing out records, waits for the transactions in flight,
+// leaves the group and releases its partitions, which the other members take
+// at once (those of other processes at their next poll). When ctx ends
 // first, the handlers' context is cancelled; records not committed are
 // handled again by the next owner. Stop returns ctx's error in that case.
 func (s *Subscription) Stop(ctx context.Context) error {
@@ -279,6 +275,7 @@ func (s *Subscription) loop() {
 	defer timer.Stop()
 	lastPoll, lastGauges := time.Now(), time.Now()
 	s.renewLeases(ctx)
+	s.rebalance(ctx)
 	s.updateGauges(ctx)
 
 	for {
@@ -296,7 +293,12 @@ func (s *Subscription) loop() {
 			}
 		}
 		if redrives.woken.Swap(false) {
+			// A redrive, or a member of this process joined or handed
+			// partitions over.
 			s.loadRedriven(ctx)
+			if stopping != nil {
+				s.rebalance(ctx)
+			}
 		}
 		// A damaged database file takes no more work (see Worker.loop).
 		if stopping != nil && s.db.Corrupt() == nil {
@@ -307,6 +309,7 @@ func (s *Subscription) loop() {
 					s.load(ctx, p)
 				}
 			}
+			s.releaseIdle(ctx)
 			s.refill(ctx)
 			s.dispatch()
 		}
@@ -315,10 +318,13 @@ func (s *Subscription) loop() {
 		case r := <-s.results:
 			s.apply(r)
 		case <-topicWake: // the top of the loop reads what was published
-		case <-groupWake: // the top of the loop reads the redriven records
+		case <-groupWake: // the top of the loop reads the redriven records and balances
 		case <-timer.C:
 			if time.Since(lastPoll) >= s.opts.PollInterval {
 				lastPoll = time.Now()
+				if stopping != nil {
+					s.rebalance(ctx)
+				}
 				s.wakeAll()
 				s.loadRedriven(ctx)
 			}
@@ -355,39 +361,6 @@ func (s *Subscription) wakeAll() {
 	}
 }
 
-// renewLeases keeps the partitions this subscriber owns and takes free ones.
-func (s *Subscription) renewLeases(ctx context.Context) {
-	for _, p := range s.parts {
-		held, err := s.db.AcquireLease(ctx, leaseName(s.t.name, s.group, p.id), s.owner, s.opts.LeaseTTL)
-		if err != nil {
-			s.log.Error("queue lease failed", slog.Int("partition", p.id), slog.Any("err", err))
-			continue
-		}
-		switch {
-		case held && !p.owned:
-			p.owned = true
-			s.load(ctx, p)
-			s.log.Info("queue partition taken", slog.Int("partition", p.id), slog.Int64("committed", p.committed))
-		case !held && p.owned:
-			s.drop(p)
-			p.owned = false
-			s.log.Warn("queue partition lost to another subscriber", slog.Int("partition", p.id))
-		}
-	}
-}
-
-func (s *Subscription) releaseLeases(ctx context.Context) {
-	for _, p := range s.parts {
-		if p.owned {
-			if err := s.db.ReleaseLease(ctx, leaseName(s.t.name, s.group, p.id), s.owner); err != nil {
-				s.log.Error("queue lease release failed", slog.Int("partition", p.id), slog.Any("err", err))
-			}
-			p.owned = false
-			s.drop(p)
-		}
-	}
-}
-
 // drop forgets a partition's in-memory state. A transaction still in
 // flight for it reports to the old state, which is no longer looked at.
 func (s *Subscription) drop(p *partState) {
@@ -411,7 +384,17 @@ const (
 func (s *Subscription) load(ctx context.Context, p *partState) {
 	s.drop(p)
 	err := func() error {
-		if err := readRow(ctx, s.db, committedQuery, s.t.name, s.group, p.id).Scan(&p.committed); err != nil {
+		err := readRow(ctx, s.db, committedQuery, s.t.name, s.group, p.id).Scan(&p.committed)
+		if errors.Is(err, sql.ErrNoRows) {
+			// The group was deleted after this subscriber joined it (a
+			// delete refuses while a member is live, but one may join just
+			// after its check): make it again, as Subscribe does.
+			if err := s.t.createGroup(ctx, s.group, s.opts.Start); err != nil {
+				return err
+			}
+			err = readRow(ctx, s.db, committedQuery, s.t.name, s.group, p.id).Scan(&p.committed)
+		}
+		if err != nil {
 			return err
 		}
 		var maxDone int64
@@ -574,7 +557,7 @@ func (s *Subscription) dispatch() {
 	s.nextDue = time.Time{}
 	for i := range s.parts {
 		p := s.parts[(s.next+i)%len(s.parts)]
-		if !p.owned || p.reload {
+		if !p.owned || p.reload || p.releasing {
 			continue
 		}
 		items := s.pick(p, now, !p.busy && s.inflight < s.opts.Concurrency)
@@ -622,6 +605,10 @@ func (s *Subscription) pick(p *partState, now time.Time, take bool) []*entry {
 }
 
 func (s *Subscription) runChunk(p *partState, items []*entry) {
+	if s.opts.Process != nil {
+		s.results <- s.processChunk(p, items)
+		return
+	}
 	r := chunkResult{part: p, items: items, outs: make([]recOutcome, len(items)), committed: -1}
 	ctx := context.WithoutCancel(s.hctx)
 	r.err = s.db.Tx(ctx, func(tx *sql.Tx) error {
@@ -635,8 +622,11 @@ func (s *Subscription) runChunk(p *partState, items []*entry) {
 // applyChunk runs each record's handler in its own savepoint, in offset
 // order, then records the outcome in the same transaction: the offset
 // commit on success, the retry state or the dead letter on failure. A
-// record whose key failed earlier in the chunk is skipped. It returns the
-// partition's committed offset after folding the finished records into it.
+// record whose key failed earlier in the chunk is skipped. Its last step is
+// the lease fence: when the partition's lease is no longer this
+// subscriber's, applyChunk fails with errLeaseLost and nothing is committed.
+// It returns the partition's committed offset after folding the finished
+// records into it.
 func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int, items []*entry, outs []recOutcome) (int64, error) {
 	now := s.db.Now()
 	w := newWriter(ctx, tx, s.db)
@@ -658,7 +648,7 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 		}
 		start := time.Now()
 		scope := hubFor(s.db).openScope(tx)
-		herr := s.call(tx, rec)
+		herr := s.call(tx, e, rec)
 		out.dur = time.Since(start)
 		if herr == nil {
 			herr = s.markFinished(w, e)
@@ -719,10 +709,20 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 			return 0, err
 		}
 	}
-	return s.compact(w, partition)
+	committed, err := s.compact(w, partition)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.fence(ctx, tx, partition); err != nil {
+		return 0, err
+	}
+	return committed, nil
 }
 
-func (s *Subscription) call(tx *sql.Tx, r Record) (err error) {
+func (s *Subscription) call(tx *sql.Tx, e *entry, r Record) (err error) {
+	if s.opts.Process != nil {
+		return e.processed // Process ran before this transaction (async.go)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panicked: %v", p)
@@ -881,6 +881,14 @@ func (s *Subscription) apply(r chunkResult) {
 	s.inflight--
 	p := r.part
 	p.busy = false
+	if errors.Is(r.err, errLeaseLost) {
+		// Nothing of the transaction was kept, and the records are the next
+		// owner's.
+		if p.owned {
+			s.lose(p, "queue partition's lease ran out before its records were committed; they are left to the next owner")
+		}
+		return
+	}
 	if r.err != nil {
 		// Nothing of the transaction was kept; the records are tried again
 		// shortly, without counting an attempt.

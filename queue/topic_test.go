@@ -488,7 +488,7 @@ func TestTopicOwnership(t *testing.T) {
 		}
 	})
 
-	t.Run("a second subscriber of the group stands by and takes over when the first stops", func(t *testing.T) {
+	t.Run("a second subscriber of the group takes half of the partitions, and all of them when the first stops", func(t *testing.T) {
 		t.Parallel()
 		db := storetest.New(t)
 		createEffects(t, db)
@@ -500,31 +500,56 @@ func TestTopicOwnership(t *testing.T) {
 				return record(ctx, tx, "g", r)
 			}
 		}
-		a := subscribe(t, topic, queue.SubscribeOpts{Group: "g", LeaseTTL: 2 * time.Second, Handler: h(&first)})
-		testwait.Until(t, 5*time.Second, "the first subscriber owns the partitions", func() bool {
-			return count(t, db, `select count(*) from store_leases where name like 'queue.group/t/g/%'`) == 2
-		})
-		subscribe(t, topic, queue.SubscribeOpts{Group: "g", LeaseTTL: 2 * time.Second, Handler: h(&second)})
+		owners := func() map[string]int {
+			rows, err := db.Read.Query(`select owner from store_leases where name like 'queue.group/t/g/%'`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			held := map[string]int{}
+			for rows.Next() {
+				var o string
+				if err := rows.Scan(&o); err != nil {
+					t.Fatal(err)
+				}
+				held[o]++
+			}
+			return held
+		}
+		a := subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: h(&first)})
+		testwait.Until(t, 5*time.Second, "the first subscriber owns both partitions", func() bool {
+			o := owners()
+			return len(o) == 1 && count(t, db, `select count(*) from store_leases where name like 'queue.group/t/g/%'`) == 2
+		}, func() string { return fmt.Sprint(owners()) })
+		subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: h(&second)})
+		testwait.Until(t, 5*time.Second, "each subscriber owns one partition", func() bool {
+			o := owners()
+			return len(o) == 2 && count(t, db, `select count(*) from store_leases where name like 'queue.group/t/g/%'`) == 2
+		}, func() string { return fmt.Sprint(owners()) })
 		for i := range 20 {
 			if _, err := topic.Publish(t.Context(), fmt.Sprintf("k%d", i%4), fmt.Appendf(nil, "k%d %d", i%4, i)); err != nil {
 				t.Fatal(err)
 			}
 		}
 		testwait.Until(t, 5*time.Second, "20 handled", func() bool { return count(t, db, `select count(*) from effects`) == 20 })
-		if second.Load() != 0 {
-			t.Errorf("the standby handled %d records while the owner ran", second.Load())
+		if first.Load() == 0 || second.Load() == 0 || first.Load()+second.Load() != 20 {
+			t.Errorf("first handled %d, second %d; want both some of the 20", first.Load(), second.Load())
 		}
 		if err := a.Stop(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+		before := second.Load()
 		for i := 20; i < 40; i++ {
 			if _, err := topic.Publish(t.Context(), fmt.Sprintf("k%d", i%4), fmt.Appendf(nil, "k%d %d", i%4, i)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		testwait.Until(t, 5*time.Second, "the standby handles the rest", func() bool { return count(t, db, `select count(*) from effects`) == 40 })
-		if second.Load() != 20 || first.Load() != 20 {
-			t.Errorf("first handled %d, second %d; want 20 each", first.Load(), second.Load())
+		testwait.Until(t, 5*time.Second, "the second handles the rest", func() bool { return count(t, db, `select count(*) from effects`) == 40 })
+		if second.Load()-before != 20 {
+			t.Errorf("after the first stopped, the second handled %d of 20", second.Load()-before)
+		}
+		if n := count(t, db, `select count(*) from (select distinct seq from effects) as handled`); n != 40 {
+			t.Errorf("%d distinct records took effect, want 40", n)
 		}
 	})
 }

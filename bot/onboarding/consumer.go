@@ -15,44 +15,49 @@ import (
 	"switchyard/store"
 )
 
-// runConsumer is the long-polling consumer loop: it runs consumer sessions
-// that hold the lease onboarding:outbox and long-poll the backend, and when
-// the lease is someone else's it waits for the next tick of the 10 s
-// schedule (poll nudges it) before trying again.
+// runConsumer is the consumer loop: it holds the lease onboarding:outbox
+// through store.RunExclusive and long-polls GET /bot/events/pending page
+// after page. RunExclusive renews the lease in the background while a page
+// is fetched and handled, so a page slower than LeaseTTL keeps it, and
+// cancels the loop's context before the lease could expire when it cannot
+// renew, so no two processes ever consume at once. Another process's loop
+// stands by meanwhile and takes over within a second of a release (a
+// graceful stop), or within LeaseTTL of a holder's death.
 func (o *Bot) runConsumer(ctx context.Context) {
-	for ctx.Err() == nil {
-		if o.session(ctx, true) {
-			continue
-		}
-		select {
-		case <-o.nudge:
-		case <-ctx.Done():
-		}
+	lease := store.LeaseOpts{
+		Name:   OutboxLeaseName,
+		Owner:  o.owner,
+		TTL:    LeaseTTL,
+		Logger: o.log.With(slog.String("role", "consumer")),
 	}
+	_ = o.db.RunExclusive(ctx, lease, func(held context.Context, _ store.Lease) error {
+		o.flight.Lock()
+		defer o.flight.Unlock()
+		for held.Err() == nil {
+			o.consume(held, true, nil)
+		}
+		return nil
+	})
 }
 
 // poll is the spec's scheduled cycle (OutboxConsumerService.poll, every 10 s
-// by gocron): if this process is not consuming already and the lease is
-// free, it drains what is pending and returns; otherwise it just returns.
-// Afterwards it nudges the long-polling loop, which takes over from there.
-func (o *Bot) poll(ctx context.Context) {
-	defer wake(o.nudge)
-	o.session(ctx, false)
-}
-
-// session is one consumer cycle under the single-flight locks: the process's
-// own (one cycle at a time here) and the lease onboarding:outbox (one process
-// at a time). It reports false when either was taken, without doing anything.
-// A draining session fetches until a page comes back short; a long-polling
-// one goes on, waiting up to LongPollWait for each page, until ctx ends or
-// the lease is lost. The lease is renewed after every page and released at
-// the end.
-func (o *Bot) session(ctx context.Context, longPoll bool) bool {
+// by gocron) under its single-flight lock: if this process is not consuming
+// already and the lease onboarding:outbox is free, it drains what is pending
+// and gives the lease back; otherwise it just returns, as the spec says —
+// the consumer loop of this process or of another one holds the lease and
+// is at work. It reports whether it drained.
+//
+// It takes the lease as an owner of its own, o.owner+"/poll", not the
+// loop's: a lease lets its owner in again, so with one owner the two would
+// consume side by side. The loop takes the lease back within a second of
+// the drain's end.
+func (o *Bot) poll(ctx context.Context) bool {
 	if !o.flight.TryLock() {
 		return false
 	}
 	defer o.flight.Unlock()
-	held, err := o.db.AcquireLease(ctx, OutboxLeaseName, o.owner, LeaseTTL)
+	owner := o.owner + "/poll"
+	held, err := o.db.AcquireLease(ctx, OutboxLeaseName, owner, LeaseTTL)
 	if err != nil {
 		if ctx.Err() == nil {
 			o.log.Error("take the outbox lease", slog.String("lease", OutboxLeaseName), slog.Any("err", err))
@@ -65,10 +70,28 @@ func (o *Bot) session(ctx context.Context, longPoll bool) bool {
 	defer func() {
 		rctx, cancel := workContext(ctx)
 		defer cancel()
-		if err := o.db.ReleaseLease(rctx, OutboxLeaseName, o.owner); err != nil {
+		if err := o.db.ReleaseLease(rctx, OutboxLeaseName, owner); err != nil {
 			o.log.Warn("release the outbox lease", slog.Any("err", err))
 		}
 	}()
+	// A drain's pages are fetched without waiting: renewing after each one
+	// keeps the lease.
+	o.consume(ctx, false, func(ctx context.Context) bool {
+		held, err := o.db.RenewLease(ctx, OutboxLeaseName, owner, LeaseTTL)
+		if (err != nil || !held) && ctx.Err() == nil {
+			o.log.Info("outbox lease lost; stopping the drain", slog.Any("err", err))
+		}
+		return err == nil && held
+	})
+	return true
+}
+
+// consume is one consumer session, run while the lease onboarding:outbox is
+// this process's: a draining session (the cron's) fetches until a page
+// comes back short; a long-polling one (the loop's) goes on, waiting up to
+// LongPollWait for each page, until ctx ends. renew, when set, is called
+// after every page and ends the session when it reports the lease lost.
+func (o *Bot) consume(ctx context.Context, longPoll bool, renew func(context.Context) bool) {
 	failures := 0
 	for ctx.Err() == nil {
 		wait := time.Duration(0)
@@ -81,33 +104,25 @@ func (o *Bot) session(ctx context.Context, longPoll bool) bool {
 			// The long-poll ended early with nothing (the backend is shutting
 			// down): do not spin.
 			if !store.Sleep(ctx, wait/10) {
-				break
+				return
 			}
 		}
 		if perr != nil && ctx.Err() == nil {
 			failures++
 			o.log.Warn("outbox cycle failed", slog.Int("failures", failures), slog.Any("err", perr))
 			if !longPoll || !store.Sleep(ctx, queue.RetryPolicy{MinBackoff: time.Second, MaxBackoff: o.longPoll}.Backoff(failures)) {
-				break
+				return
 			}
 		} else if perr == nil {
 			failures = 0
 		}
-		if ctx.Err() != nil {
-			break
-		}
-		held, err := o.db.RenewLease(ctx, OutboxLeaseName, o.owner, LeaseTTL)
-		if err != nil || !held {
-			if ctx.Err() == nil {
-				o.log.Info("outbox lease lost; stopping this session", slog.Any("err", err))
-			}
-			break
+		if ctx.Err() != nil || (renew != nil && !renew(ctx)) {
+			return
 		}
 		if !longPoll && n < BATCH_LIMIT {
-			break
+			return
 		}
 	}
-	return true
 }
 
 // batchResult is what one processOnce decided, for the ack.
@@ -323,6 +338,33 @@ type PruneResult struct {
 	ProcessedEvents int64 `json:"processedEvents"`
 	Updates         int64 `json:"updates"`
 	Deliveries      int64 `json:"deliveries"`
+}
+
+// scheduledPrune is the daily prune job, single-flight across the
+// processes of the database: the first whose midnight comes takes the lease
+// PruneLeaseName and prunes, and keeps the lease for PruneLeaseTTL, so the
+// others' midnights — the same moment, give or take their clocks' drift —
+// find it held and skip. It is not released, nor taken over: the work is
+// once a day, and a prune that did not happen (its process died, or the
+// delete failed) is done by the next midnight's, whose cutoff covers it.
+// The prune itself is idempotent (it deletes by a cutoff), so even an
+// overlap — a prune longer than the lease, or clocks an hour apart — would
+// only delete nothing the second time.
+func (o *Bot) scheduledPrune(ctx context.Context) {
+	held, err := o.db.AcquireLease(ctx, PruneLeaseName, o.owner, PruneLeaseTTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			o.log.Error("take the prune lease", slog.String("lease", PruneLeaseName), slog.Any("err", err))
+		}
+		return
+	}
+	if !held {
+		o.log.Debug("another process prunes the onboarding bot's tables today", slog.String("lease", PruneLeaseName))
+		return
+	}
+	if _, err := o.prune(ctx); err != nil && ctx.Err() == nil {
+		o.log.Error("prune the onboarding bot's tables", slog.Any("err", err))
+	}
 }
 
 // prune is the spec's ProcessedPruneService (daily at midnight): it deletes

@@ -39,9 +39,13 @@
 //     worker change it at once (on PostgreSQL their transactions run side by
 //     side): each reads the row locked and applies its change to what the
 //     other committed.
-//   - One consumer at a time across processes (the lease onboarding:outbox),
-//     and a stopped consumer finishes and acks the page it holds; a page whose
-//     ack was lost comes back and is acked from the ledger.
+//   - One consumer at a time across processes (the lease onboarding:outbox,
+//     renewed in the background while a page is in hand), and a stopped
+//     consumer finishes and acks the page it holds; a page whose ack was
+//     lost comes back and is acked from the ledger. Likewise one updates
+//     worker (onboarding:updates) and one daily prune (onboarding:prune).
+//     A standby takes a lease over within a second of its release, or
+//     within LeaseTTL of its holder's death.
 //   - A Telegram update is stored before it is confirmed: long polling advances
 //     the durable offset in the transaction that stores the updates, and the
 //     webhook answers 200 only after the store. Each stored update is handled

@@ -40,13 +40,22 @@ const (
 )
 
 // Lease names and their time to live: the single-flight locks of the
-// consumer (the spec's Redlock key) and of the Telegram updates worker. The
-// sender holds a third, telegram.SenderLeaseName of the bot's id, with the
-// same TTL.
+// consumer (the spec's Redlock key) and of the Telegram updates worker,
+// both held with store.RunExclusive. The sender holds a third,
+// telegram.SenderLeaseName of the bot's id, with the same TTL. Whichever
+// process holds one does that work for every process on the database; the
+// others stand by and take over within a second of a release, or within
+// LeaseTTL of the holder's death.
+//
+// PruneLeaseName is the daily prune's (PruneLeaseTTL): the first process
+// whose midnight comes takes it and prunes, and keeps it, so that the
+// others' midnights, a little later by their clocks, find it held and skip.
 const (
 	OutboxLeaseName  = "onboarding:outbox"
 	UpdatesLeaseName = "onboarding:updates"
 	LeaseTTL         = 25 * time.Second
+	PruneLeaseName   = "onboarding:prune"
+	PruneLeaseTTL    = time.Hour
 )
 
 var (
@@ -187,11 +196,9 @@ type Bot struct {
 	longPoll      time.Duration
 	owner         string
 
-	// flight keeps the consumer's cycles of this process one at a time; the
-	// lease does it across processes.
+	// flight keeps the consumer's sessions of this process one at a time
+	// (the loop's and the cron's); the lease does it across processes.
 	flight sync.Mutex
-	// nudge wakes the long-polling consumer loop (after a cron tick).
-	nudge chan struct{}
 	// updatesWake wakes the updates worker (a webhook update was stored).
 	updatesWake chan struct{}
 
@@ -289,7 +296,6 @@ func New(opts Opts) (*Bot, error) {
 		pollEvery:     opts.PollInterval,
 		longPoll:      opts.LongPollWait,
 		owner:         opts.Instance,
-		nudge:         make(chan struct{}, 1),
 		updatesWake:   make(chan struct{}, 1),
 	}, nil
 }
@@ -298,19 +304,21 @@ func New(opts Opts) (*Bot, error) {
 func (o *Bot) Name() string { return "onboarding-bot" }
 
 // Run runs the bot until ctx ends: the consumer (long-polling
-// GET /bot/events/pending, with the 10 s gocron schedule as a safety net and
-// the lease onboarding:outbox as its single-flight lock), the daily prune at
-// midnight UTC, the Telegram updates worker (long polling or webhook) and
-// the sender (under the bot's sender lease). It returns once ctx is cancelled and the work in hand — a
-// batch being handled and acked, updates being handled, calls being made —
-// has finished.
+// GET /bot/events/pending under the lease onboarding:outbox, with the 10 s
+// gocron schedule as the spec's cycle beside it), the daily prune at
+// midnight UTC (one process of the database prunes: PruneLeaseName), the
+// Telegram updates worker (long polling or webhook, under the lease
+// onboarding:updates) and the sender (under the bot's sender lease). It
+// returns once ctx is cancelled and the work in hand — a batch being
+// handled and acked, updates being handled, calls being made — has
+// finished, and the leases it held are released.
 func (o *Bot) Run(ctx context.Context) error {
 	sched, err := gocron.NewScheduler(gocron.WithLocation(time.UTC))
 	if err != nil {
 		return fmt.Errorf("onboarding scheduler: %w", err)
 	}
 	if _, err := sched.NewJob(gocron.DurationJob(o.pollEvery),
-		gocron.NewTask(o.poll),
+		gocron.NewTask(func(ctx context.Context) { o.poll(ctx) }),
 		gocron.WithName("onboarding-outbox-poll"),
 		gocron.WithContext(ctx),
 		gocron.WithSingletonMode(gocron.LimitModeReschedule),
@@ -319,11 +327,7 @@ func (o *Bot) Run(ctx context.Context) error {
 		return fmt.Errorf("schedule the outbox poll: %w", err)
 	}
 	if _, err := sched.NewJob(gocron.DailyJob(1, gocron.NewAtTimes(gocron.NewAtTime(0, 0, 0))),
-		gocron.NewTask(func(ctx context.Context) {
-			if _, err := o.prune(ctx); err != nil && ctx.Err() == nil {
-				o.log.Error("prune the onboarding bot's tables", slog.Any("err", err))
-			}
-		}),
+		gocron.NewTask(o.scheduledPrune),
 		gocron.WithName("onboarding-processed-prune"),
 		gocron.WithContext(ctx),
 		gocron.WithSingletonMode(gocron.LimitModeReschedule),

@@ -179,7 +179,7 @@ func BenchmarkOnboardingDrain10k(b *testing.B) {
 			}
 			b.StartTimer()
 			start := time.Now()
-			if !bo.ob.session(ctx, false) {
+			if !bo.ob.poll(ctx) {
 				b.Fatal("the consumer did not get the lease")
 			}
 			elapsed += time.Since(start)

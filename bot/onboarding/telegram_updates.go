@@ -31,8 +31,7 @@ import (
 var allowedUpdates = []string{telego.MessageUpdates, telego.CallbackQueryUpdates, telego.MyChatMemberUpdates}
 
 const (
-	// getUpdatesTimeout is the long-poll timeout of getUpdates, in seconds;
-	// below LeaseTTL so the updates lease is renewed in time.
+	// getUpdatesTimeout is the long-poll timeout of getUpdates, in seconds.
 	getUpdatesTimeout = 20
 	// maxUpdateAttempts is how often a stored update is tried before the bot
 	// gives up on it and apologises to the user.
@@ -215,40 +214,31 @@ func (o *Bot) handleWebhook(w http.ResponseWriter, r *http.Request) error {
 }
 
 // runUpdates is the Telegram updates worker: under the lease
-// onboarding:updates (one process at a time) it handles the stored updates
+// onboarding:updates (store.RunExclusive: one process at a time, renewed in
+// the background, released when it stops) it handles the stored updates
 // and, in long-polling mode, fetches new ones with getUpdates, storing them
-// with the advanced offset before asking for more. When another process holds
-// the lease it tries again every poll interval.
+// with the advanced offset before asking for more. While another process
+// holds the lease it stands by, and takes over within a second of a
+// release, or within LeaseTTL of the holder's death; the new holder points
+// Telegram at its way of delivering updates again (prepareUpdates), once.
 func (o *Bot) runUpdates(ctx context.Context) {
-	for ctx.Err() == nil {
-		if o.updatesSession(ctx) {
-			continue
-		}
-		select {
-		case <-o.updatesWake:
-		case <-time.After(o.pollEvery):
-		case <-ctx.Done():
-		}
+	lease := store.LeaseOpts{
+		Name:   UpdatesLeaseName,
+		Owner:  o.owner,
+		TTL:    LeaseTTL,
+		Logger: o.log.With(slog.String("role", "updates")),
 	}
+	_ = o.db.RunExclusive(ctx, lease, func(held context.Context, _ store.Lease) error {
+		for held.Err() == nil {
+			o.handleUpdates(held)
+		}
+		return nil
+	})
 }
 
-// updatesSession runs while this process holds the updates lease; it reports
-// false when the lease was someone else's.
-func (o *Bot) updatesSession(ctx context.Context) bool {
-	held, err := o.db.AcquireLease(ctx, UpdatesLeaseName, o.owner, LeaseTTL)
-	if err != nil || !held {
-		if err != nil && ctx.Err() == nil {
-			o.log.Error("take the updates lease", slog.Any("err", err))
-		}
-		return false
-	}
-	defer func() {
-		rctx, cancel := workContext(ctx)
-		defer cancel()
-		if err := o.db.ReleaseLease(rctx, UpdatesLeaseName, o.owner); err != nil {
-			o.log.Warn("release the updates lease", slog.Any("err", err))
-		}
-	}()
+// handleUpdates runs while this process holds the updates lease, until ctx
+// (the lease's) ends.
+func (o *Bot) handleUpdates(ctx context.Context) {
 	prepared, failures := false, 0
 	fail := func(what string, err error) bool {
 		failures++
@@ -257,16 +247,13 @@ func (o *Bot) updatesSession(ctx context.Context) bool {
 			wait = f.RetryAfter
 		}
 		o.log.Warn(what, slog.Int("failures", failures), slog.Any("err", err))
-		return store.Sleep(ctx, min(wait, LeaseTTL/2))
+		return store.Sleep(ctx, wait)
 	}
 	for ctx.Err() == nil {
-		if held, err := o.db.RenewLease(ctx, UpdatesLeaseName, o.owner, LeaseTTL); err != nil || !held {
-			break
-		}
 		if !prepared {
 			if err := o.prepareUpdates(ctx); err != nil {
 				if ctx.Err() != nil || !fail("prepare telegram updates", err) {
-					break
+					return
 				}
 				continue
 			}
@@ -275,7 +262,7 @@ func (o *Bot) updatesSession(ctx context.Context) bool {
 		next, err := o.processUpdates(ctx)
 		if err != nil && ctx.Err() == nil {
 			if !fail("handle stored updates", err) {
-				break
+				return
 			}
 			continue
 		}
@@ -299,13 +286,12 @@ func (o *Bot) updatesSession(ctx context.Context) bool {
 		}
 		if err := o.pollUpdates(ctx, timeout); err != nil {
 			if ctx.Err() != nil || !fail("getUpdates", err) {
-				break
+				return
 			}
 			continue
 		}
 		failures = 0
 	}
-	return true
 }
 
 // prepareUpdates points Telegram at this bot's way of delivering updates:
