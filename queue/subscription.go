@@ -622,9 +622,10 @@ func (s *Subscription) runChunk(p *partState, items []*entry) {
 // applyChunk runs each record's handler in its own savepoint, in offset
 // order, then records the outcome in the same transaction: the offset
 // commit on success, the retry state or the dead letter on failure. A
-// record whose key failed earlier in the chunk is skipped. Its last step is
-// the lease fence: when the partition's lease is no longer this
-// subscriber's, applyChunk fails with errLeaseLost and nothing is committed.
+// record whose key failed earlier in the chunk is skipped. Its last step,
+// just before the commit, is the lease fence: when the partition's lease is
+// no longer this subscriber's, the transaction fails with errLeaseLost and
+// nothing is committed.
 // It returns the partition's committed offset after folding the finished
 // records into it.
 func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int, items []*entry, outs []recOutcome) (int64, error) {
@@ -713,8 +714,14 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 	if err != nil {
 		return 0, err
 	}
-	if err := s.fence(ctx, tx, partition); err != nil {
-		return 0, err
+	// The fence runs just before the commit, after the records the handlers
+	// published are written there (Topic.PublishTx), so that it stays the
+	// last step.
+	fence := func(ctx context.Context) error { return s.fence(ctx, tx, partition) }
+	if !s.db.BeforeCommit(tx, fence) {
+		if err := fence(ctx); err != nil {
+			return 0, err
+		}
 	}
 	return committed, nil
 }
