@@ -189,6 +189,10 @@ func TestWakeOtherInstances(t *testing.T) {
 		var fail atomic.Bool
 		fail.Store(true)
 		var handled atomic.Int64
+		// Sent before the worker starts, whose first look finds it.
+		if _, err := qa.Send(t.Context(), queue.Message{Body: []byte("m")}); err != nil {
+			t.Fatal(err)
+		}
 		start(t, qb, queue.WorkerOpts{PollInterval: slowPoll, Handler: func(ctx context.Context, m queue.Message) error {
 			if fail.Load() {
 				return queue.Permanent(fmt.Errorf("not yet"))
@@ -197,9 +201,6 @@ func TestWakeOtherInstances(t *testing.T) {
 			return nil
 		}})
 		listening(t, b, 1)
-		if _, err := qa.Send(t.Context(), queue.Message{Body: []byte("m")}); err != nil {
-			t.Fatal(err)
-		}
 		admin := queue.NewAdmin(queue.AdminOpts{DB: a})
 		testwait.Until(t, 5*time.Second, "the message dead-lettered", func() bool {
 			return count(t, a, `select count(*) from queue_dead where queue = 'q'`) == 1

@@ -18,6 +18,10 @@
 // the writer. A statement on either pool that finds the file damaged marks
 // the database corrupt for good (DB.Corrupt): readiness fails and workers stop
 // taking work until the file is restored.
+//
+// On PostgreSQL, several processes (instances) may share the database; they
+// wake one another with Broadcast and OnBroadcast (LISTEN/NOTIFY, sent after
+// the commit on connections of their own, see notify.go).
 package store
 
 import (
