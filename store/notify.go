@@ -316,11 +316,14 @@ func closeConn(c *pgx.Conn) {
 	_ = c.Close(ctx)
 }
 
-// backoff is the pause after the k-th failure in a row: 100 ms doubling to
-// 5 s, jittered.
+// backoff is the pause after the k-th failure in a row: none after the first
+// (a connection that went stale while idle is simply replaced), then 100 ms
+// doubling to 5 s, jittered.
 func backoff(k int) time.Duration {
-	d := 100 * time.Millisecond << min(k, 6)
-	d = min(d, 5*time.Second)
+	if k <= 1 {
+		return 0
+	}
+	d := min(100*time.Millisecond<<min(k-2, 6), 5*time.Second)
 	return d/2 + rand.N(d/2+1)
 }
 
@@ -491,7 +494,6 @@ func (n *notifier) listenLoop() {
 			if failures > 0 {
 				n.log.Info("store: listening for other instances' wake-ups again")
 			}
-			failures = 0
 			n.listenerPID.Store(conn.PgConn().PID())
 			// Whatever was broadcast while nobody listened is lost: every
 			// subscriber looks at everything once.
@@ -505,7 +507,7 @@ func (n *notifier) listenLoop() {
 				return
 			}
 			if time.Since(since) > time.Minute {
-				failures = 0 // a connection that served a while is no failure in a row
+				failures = 0 // a connection that served a while ends a run of failures
 			}
 		}
 		if n.ctx.Err() != nil {
