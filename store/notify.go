@@ -351,12 +351,6 @@ func (n *notifier) putBack(batch []note) {
 	n.mu.Unlock()
 }
 
-func (n *notifier) morePending() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.pending) > 0
-}
-
 // notifyQuery sends each payload of $2 on channel $1, in one transaction.
 const notifyQuery = `select pg_notify($1, p) from unnest($2::text[]) as p`
 
@@ -440,8 +434,8 @@ func (n *notifier) sendLoop() {
 				n.log.Info("store: sending wake-ups to other instances again")
 				failures = 0
 			}
-			if !n.morePending() {
-				break
+			if len(batch) < maxBatch {
+				break // what came meanwhile waits for the interval: a kick is pending
 			}
 		}
 	}

@@ -326,3 +326,26 @@ func notificationsSent(t testing.TB) float64 {
 	t.Fatal("switchyard_store_notifications_total{direction=sent} not registered")
 	return 0
 }
+
+// BenchmarkBroadcastCall measures what Broadcast costs its caller (a
+// sender's after-commit function) while the sender goroutine sends the
+// gathered broadcasts in the background; b.N calls, from parallel callers,
+// of the few payloads a busy process repeats.
+//
+//	SWITCHYARD_TEST_DB=postgres://… go test -run '^$' -bench BenchmarkBroadcastCall ./store/
+func BenchmarkBroadcastCall(b *testing.B) {
+	storetest.PostgresOnly(b, "broadcasts travel by LISTEN/NOTIFY; on SQLite Broadcast does nothing")
+	db := storetest.New(b)
+	payloads := []string{"q:sender.flow", "q:receiver.flow", `"t:pin.identity.users.v1" 3`, `"g:t\x00g"`}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			db.Broadcast("queue", payloads[i%len(payloads)])
+			i++
+		}
+	})
+	b.StopTimer()
+	s := db.BroadcastStats()
+	b.ReportMetric(float64(s.Statements)/b.Elapsed().Seconds(), "statements/s")
+}
