@@ -90,8 +90,9 @@ type BroadcastFunc func(Notice)
 // the news is committed — from AfterCommit, never inside a transaction, so
 // that a process told looks after the fact. It never blocks and never
 // fails: a broadcast that cannot be sent is sent later, or the others find
-// the news by polling. A payload that NOTIFY cannot carry (too long, not
-// UTF-8, a NUL byte) is broadcast as "everything on channel" (Notice.Missed).
+// the news by polling. An empty payload means everything on channel, and is
+// heard as Notice.Missed; so is a payload that NOTIFY cannot carry (too
+// long, not UTF-8, a NUL byte).
 // The process's own broadcasts are not delivered back to it. On SQLite, and
 // with broadcasts turned off, it does nothing.
 //
