@@ -54,6 +54,13 @@ const pgChannel = "switchyard"
 // bytes.
 const maxWire = 7999
 
+// The roles of the notifier's two connections, as pg_stat_activity's
+// application_name ends.
+const (
+	roleNotify = "(notify)"
+	roleListen = "(listen)"
+)
+
 // maxIntervalFactor bounds how far a steady stream of broadcasts stretches
 // the interval between statements (see sendLoop).
 const maxIntervalFactor = 10
@@ -300,9 +307,18 @@ func (n *notifier) close() {
 // pg_stat_activity's application_name. Its contexts end by a deadline on the
 // socket rather than by a cancel request, so that an interrupted wait leaves
 // the connection usable and no cancel request can land on a later statement.
+//
+// The sending connection commits without waiting for its WAL to be flushed
+// (synchronous_commit off): a transaction that notifies holds a lock that
+// serialises every notifying commit of the server until its commit is done,
+// and a wake-up needs no durability — what it announces was committed, durably,
+// before it was broadcast.
 func (n *notifier) connect(ctx context.Context, role string) (*pgx.Conn, error) {
 	cfg := n.cfg.Copy()
 	cfg.RuntimeParams["application_name"] += " " + role
+	if role == roleNotify {
+		cfg.RuntimeParams["synchronous_commit"] = "off"
+	}
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
@@ -393,7 +409,7 @@ func (n *notifier) sendLoop() {
 		}
 		for n.ctx.Err() == nil {
 			if conn == nil {
-				c, err := n.connect(n.ctx, "(notify)")
+				c, err := n.connect(n.ctx, roleNotify)
 				if err != nil {
 					if n.ctx.Err() != nil {
 						return
@@ -476,7 +492,7 @@ func (n *notifier) listenLoop() {
 	defer n.wg.Done()
 	failures := 0
 	for n.ctx.Err() == nil {
-		conn, err := n.connect(n.ctx, "(listen)")
+		conn, err := n.connect(n.ctx, roleListen)
 		if err == nil {
 			ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 			_, err = conn.Exec(ctx, "listen "+pgChannel)

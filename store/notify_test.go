@@ -122,6 +122,17 @@ func TestBroadcast(t *testing.T) {
 		}
 	})
 
+	t.Run("the sending connection does not wait for its commits to be flushed", func(t *testing.T) {
+		t.Parallel()
+		storetest.PostgresOnly(t, "broadcasts travel by LISTEN/NOTIFY; on SQLite other processes poll")
+		db := storetest.New(t)
+		// A notifying commit holds the server's notification lock until it
+		// is done; a flush inside it would serialise every instance's.
+		if v, err := store.SenderSetting(db, "synchronous_commit"); err != nil || v != "off" {
+			t.Errorf("synchronous_commit = %q, %v; want off", v, err)
+		}
+	})
+
 	t.Run("a burst of broadcasts goes out as a few statements, each payload once per interval", func(t *testing.T) {
 		t.Parallel()
 		storetest.PostgresOnly(t, "broadcasts travel by LISTEN/NOTIFY; on SQLite other processes poll")
