@@ -245,3 +245,62 @@ func publishBatch(key func(int) string) func(ctx context.Context, db *store.DB, 
 		return err
 	}
 }
+// BenchmarkBroadcast measures what waking the other instances costs the
+// senders on PostgreSQL: parallel sends to one queue, with a second instance
+// on the database listening (its hub hears every broadcast and wakes its
+// queue's signal), with broadcasts off (store.Options.BroadcastInterval < 0:
+// the other instance would find the messages by polling) and on, in one run,
+// in the order off, on, on, off so that a machine whose load drifts during
+// the run favours neither. Each reports msg/s and the notifications it sent
+// per second; the last reports the ratio of the two ons' rates to the two
+// offs' (x-off).
+//
+//	SWITCHYARD_TEST_DB=postgres://… go test -run '^$' -bench BenchmarkBroadcast -benchtime 5s ./queue/
+func BenchmarkBroadcast(b *testing.B) {
+	if !storetest.Postgres() {
+		b.Skip("broadcasts cross instances on PostgreSQL only; on SQLite they do nothing")
+	}
+	var rates [2]float64 // off, on
+	for i, on := range []bool{false, true, true, false} {
+		name := "off"
+		interval := time.Duration(-1)
+		if on {
+			name, interval = "on", 0
+		}
+		b.Run(fmt.Sprintf("%d-%s", i+1, name), func(b *testing.B) {
+			db := storetest.NewWith(b, store.Options{Synchronous: store.SyncFull, BroadcastInterval: interval})
+			other, err := store.Open(context.Background(), store.Options{Path: db.Path()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = other.Close() })
+			queue.New(queue.NewOpts{DB: other, Name: "bench"})
+			q := queue.New(queue.NewOpts{DB: db, Name: "bench"})
+			for other.BroadcastStats().Listens == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			b.ResetTimer()
+			b.SetParallelism(16)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := q.Send(context.Background(), queue.Message{Body: []byte("yo")}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			rate := float64(b.N) / b.Elapsed().Seconds()
+			b.ReportMetric(rate, "msg/s")
+			b.ReportMetric(float64(db.BroadcastStats().Sent)/b.Elapsed().Seconds(), "notify/s")
+			if on {
+				rates[1] += rate
+			} else {
+				rates[0] += rate
+			}
+			if i == 3 && rates[0] > 0 {
+				b.ReportMetric(rates[1]/rates[0], "x-off")
+			}
+		})
+	}
+}

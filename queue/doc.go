@@ -53,9 +53,13 @@
 //
 // Sends and publishes in this process wake its workers as soon as their
 // transaction commits (never before: the workers' receives run in
-// transactions of their own); workers in other processes on the same
-// database find work by polling (every 500 ms by default), which is also the
-// only polling an idle process does.
+// transactions of their own). On PostgreSQL the wake-up also reaches the
+// workers and subscribers of the other processes on the database, by a
+// LISTEN/NOTIFY broadcast sent after the commit and gathered over a few
+// milliseconds (notify.go; store.DB.Broadcast). Polling (every 500 ms by
+// default) stays the fallback for a wake-up that was lost, and is how the
+// other processes on one SQLite file find work; it is also the only polling
+// an idle process does.
 //
 // The promises hold on both backends with one SQL text. SQLite runs one
 // write transaction at a time; PostgreSQL runs them side by side, so there a

@@ -13,11 +13,14 @@ import (
 // hub is the in-process side of one database: the wake-up signals of its
 // queues and topics, the names declared in this process and the prepared
 // statements. Senders and publishers wake the workers of the same process at
-// once; other processes on the same file find the work by polling.
+// once; on PostgreSQL the other processes on the database are woken by a
+// broadcast (notify.go), and on SQLite they find the work by polling.
 //
 // The database keeps its hub (store.DB.Ext), so a hub lives as long as its
 // database: closing the database closes the hub's statements and drops it.
 type hub struct {
+	db       *store.DB
+	peers    func() // stops hearing the other processes' wake-ups
 	mu       sync.Mutex
 	signals  map[string]*signal
 	declared map[string]bool
@@ -30,14 +33,20 @@ type hub struct {
 // hubKey is the key of the queue package's hub among a database's Ext values.
 type hubKey struct{}
 
-func newHub() any {
-	return &hub{signals: map[string]*signal{}, declared: map[string]bool{}, scopes: map[*sql.Tx]*scope{}}
+func newHub(db *store.DB) *hub {
+	h := &hub{db: db, signals: map[string]*signal{}, declared: map[string]bool{}, scopes: map[*sql.Tx]*scope{}}
+	h.peers = h.hearPeers()
+	return h
 }
 
-func hubFor(db *store.DB) *hub { return db.Ext(hubKey{}, newHub).(*hub) }
+func hubFor(db *store.DB) *hub { return db.Ext(hubKey{}, func() any { return newHub(db) }).(*hub) }
 
-// Close closes the hub's prepared statements; the database calls it as it closes.
-func (h *hub) Close() error { return h.stmts.close() }
+// Close stops hearing other processes and closes the hub's prepared
+// statements; the database calls it as it closes.
+func (h *hub) Close() error {
+	h.peers()
+	return h.stmts.close()
+}
 
 // signal returns the signal of the queue or topic with the given name
 // (queues and topics are told apart by a prefix).
@@ -46,7 +55,7 @@ func (h *hub) signal(name string) *signal {
 	defer h.mu.Unlock()
 	s, ok := h.signals[name]
 	if !ok {
-		s = &signal{ch: make(chan struct{})}
+		s = &signal{ch: make(chan struct{}), hub: h, wire: wireName(name)}
 		h.signals[name] = s
 	}
 	return s
@@ -157,6 +166,12 @@ type signal struct {
 	mu        sync.Mutex
 	ch        chan struct{}
 	listeners map[*listener]struct{}
+
+	// hub and wire tell the other processes on the database what notify
+	// and published tell this one's waiters (notify.go).
+	hub   *hub
+	wire  string
+	wires []string // wire with each partition, as published made them
 }
 
 // listener is what a worker or subscriber was told since it last looked.
@@ -175,7 +190,15 @@ func (s *signal) wait() <-chan struct{} {
 	return s.ch
 }
 
+// notify wakes every waiter, in this process and (after a commit, which is
+// where notify is called) in the others on the database.
 func (s *signal) notify() {
+	s.wake()
+	s.tellPeers(-1)
+}
+
+// wake wakes the waiters of this process.
+func (s *signal) wake() {
 	s.mu.Lock()
 	for l := range s.listeners {
 		l.woken.Store(true)
@@ -203,10 +226,16 @@ func (s *signal) unlisten(l *listener) {
 	s.mu.Unlock()
 }
 
-// published tells the listeners that partition p has a new, committed
-// record and wakes them.
+// published tells the listeners, in this process and in the others on the
+// database, that partition p has a new, committed record and wakes them.
 func (s *signal) published(p int) {
-	bit := uint64(1) << (p % 64)
+	s.wakeDirty(uint64(1) << (p % 64))
+	s.tellPeers(p)
+}
+
+// wakeDirty marks the partitions of bit dirty for this process's listeners
+// and wakes them.
+func (s *signal) wakeDirty(bit uint64) {
 	s.mu.Lock()
 	for l := range s.listeners {
 		l.dirty.Or(bit)

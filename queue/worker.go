@@ -27,9 +27,12 @@ type WorkerOpts struct {
 	Handler HandlerFunc
 	// Concurrency bounds how many handlers run at once (default 4).
 	Concurrency int
-	// PollInterval is how often the worker looks for messages sent by other
-	// processes on the same file; sends in this process wake it at once
-	// (default 500 ms).
+	// PollInterval is how often the worker looks for messages whatever it
+	// was told (default 500 ms). Sends in this process wake it at once, and
+	// on PostgreSQL so do sends in the other processes on the database (a
+	// broadcast, see notify.go), for which the poll is the fallback; on
+	// SQLite it is how messages sent by other processes on the file are
+	// found.
 	PollInterval time.Duration
 }
 

@@ -80,6 +80,7 @@ func openPostgres(ctx context.Context, db *DB, opts Options) error {
 	read.SetMaxOpenConns(opts.ReadConns)
 	read.SetMaxIdleConns(min(opts.ReadConns, 4))
 	db.Write, db.Read = write, read
+	db.notes = newNotifier(cfg.Copy(), opts.BroadcastInterval, db.log)
 	return nil
 }
 

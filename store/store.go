@@ -18,6 +18,10 @@
 // the writer. A statement on either pool that finds the file damaged marks
 // the database corrupt for good (DB.Corrupt): readiness fails and workers stop
 // taking work until the file is restored.
+//
+// On PostgreSQL, several processes (instances) may share the database; they
+// wake one another with Broadcast and OnBroadcast (LISTEN/NOTIFY, sent after
+// the commit on connections of their own, see notify.go).
 package store
 
 import (
@@ -69,6 +73,12 @@ type Options struct {
 	Clock Clock
 	// Logger gets store events; nil discards them.
 	Logger *slog.Logger
+	// BroadcastInterval is the shortest time between two statements that
+	// send broadcasts (wake-ups) to the other instances on a PostgreSQL
+	// database, stretched up to ten times while broadcasts keep coming
+	// (default DefaultBroadcastInterval); negative turns broadcasts off, so
+	// that the others find work by polling alone. See Broadcast.
+	BroadcastInterval time.Duration
 }
 
 // DB is an open Switchyard database.
@@ -92,7 +102,8 @@ type DB struct {
 	retries txRetries
 	corrupt atomic.Pointer[error] // the first corruption any statement met
 	ready   readiness
-	ext     sync.Map // Ext's values, by their owners' keys
+	ext     sync.Map  // Ext's values, by their owners' keys
+	notes   *notifier // broadcasts to other instances; nil on SQLite
 }
 
 // Open opens the database opts.Path names. A postgres:// URL opens that
@@ -202,13 +213,16 @@ func (db *DB) Path() string { return db.path }
 // Postgres reports whether the database is PostgreSQL.
 func (db *DB) Postgres() bool { return db.Dialect == DialectPostgres }
 
-// Close stops the committer, drops the values kept by Ext (closing those
-// that are io.Closers), then closes both pools. Transactions already queued
-// are committed first.
+// Close stops the committer and the broadcasts, drops the values kept by Ext
+// (closing those that are io.Closers), then closes both pools. Transactions
+// already queued are committed first.
 func (db *DB) Close() error {
 	db.closed.Store(true)
 	if db.batcher != nil {
 		db.batcher.close()
+	}
+	if db.notes != nil {
+		db.notes.close()
 	}
 	return errors.Join(db.closeExt(), db.Read.Close(), db.Write.Close())
 }
