@@ -245,6 +245,7 @@ func publishBatch(key func(int) string) func(ctx context.Context, db *store.DB, 
 		return err
 	}
 }
+
 // BenchmarkBroadcast measures what waking the other instances costs the
 // senders on PostgreSQL: parallel sends to one queue, with a second instance
 // on the database listening (its hub hears every broadcast and wakes its
