@@ -333,8 +333,10 @@ func (s *Subscription) forget(p *partState) {
 	metricOldest.DeleteLabelValues(s.t.name, s.group, part)
 }
 
-// announce wakes the group's other subscribers in this process: a member
-// joined, or partitions are free. Other processes see it at their next poll.
+// announce wakes the group's other subscribers: a member joined, or
+// partitions are free. Those of this process wake at once, those of other
+// processes on PostgreSQL at the broadcast (notify.go), and on SQLite, or
+// when a broadcast is missed, at their next poll.
 func (s *Subscription) announce() { groupSignal(s.db, s.t.name, s.group).notify() }
 
 // fence is the last step of a transaction of partition's records: it fails
