@@ -23,8 +23,8 @@ type webhookGen struct {
 // CustomerChatID is the Telegram chat id of load-test customer i.
 func CustomerChatID(i int64) int64 { return 8_000_000_000 + i }
 
-// probeChatID is the customer whose messages measure accepted → stored.
-const probeChatID = 8_999_999_999
+// ProbeChatID is the customer whose messages measure accepted → stored.
+const ProbeChatID = 8_999_999_999
 
 // BusinessConnectionID is the connection load-test customers write to
 // unless Opts.BusinessConnection names another.
@@ -77,7 +77,7 @@ func (g *webhookGen) background(ctx context.Context, rec *recorder) {
 	for k := int64(1); ctx.Err() == nil; k++ {
 		id := g.updateID(900_000_000 + k)
 		text := fmt.Sprintf("probe %d/%d", g.runID, k)
-		if err := g.api.do(ctx, http.MethodPost, "/webhooks/telegram", g.header, businessUpdate(g.conn, id, probeChatID, id, text), nil); err != nil {
+		if err := g.api.do(ctx, http.MethodPost, "/webhooks/telegram", g.header, businessUpdate(g.conn, id, ProbeChatID, id, text), nil); err != nil {
 			sleep(ctx, 250*time.Millisecond)
 			continue
 		}
@@ -109,7 +109,7 @@ func (g *webhookGen) findProbeThread(ctx context.Context) int64 {
 		return 0
 	}
 	for _, t := range out.Threads {
-		if t.Contact.ProviderUserID == strconv.FormatInt(probeChatID, 10) {
+		if t.Contact.ProviderUserID == strconv.FormatInt(ProbeChatID, 10) {
 			return t.ID
 		}
 	}
