@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -336,32 +336,34 @@ func (v *verifier) checkTopic(t *testing.T, items []loadtest.Item) {
 		len(items), len(perUser), bonded, ordered)
 }
 
-// checkOutbox: every emit answered 201 is processed, one user's in the
-// order they were emitted, and the user got the DM it asks for. A DM the
-// process had sent to Telegram but not yet recorded when it was killed is
-// sent again (Telegram has no idempotency key): such repeats are counted
-// and may not exceed what was in flight.
-func (v *verifier) checkOutbox(t *testing.T, items []loadtest.Item, fake *fakebot.Server, faults bool) {
-	// Emits committed but unanswered at a kill also take effect: count what
-	// the outbox holds for these users.
-	events := map[string]int{}
-	processedAt := map[string]time.Time{}
+// partnerInDM reads the partner a new_partner DM announces
+// (loadtest.PartnerName).
+var partnerInDM = regexp.MustCompile(`Партнёр \d+/\d+`)
+
+// checkOutbox: every emit answered 201 is processed, and every processed
+// event's user got its DM, which names the event's partner; one user's DMs
+// arrive in the order of their emits (one acknowledged before another was
+// sent is delivered first). A DM the process had sent to Telegram but not
+// yet recorded when it was killed is sent again (Telegram has no
+// idempotency key): such repeats are counted and may not exceed what was in
+// flight.
+func (v *verifier) checkOutbox(t *testing.T, items []loadtest.Item, fake *fakebot.Server, botToken string, faults bool) {
+	// Emits committed but unanswered at a kill also take effect: every
+	// processed event counts.
+	partner := map[string]string{} // event id → its partner
 	for before := ""; ; {
 		var page struct {
 			Events []struct {
-				ID          int64
-				EventType   string
-				TelegramID  *string
-				ProcessedAt *time.Time
+				ID         int64
+				EventType  string
+				TelegramID *string
+				Payload    struct{ PartnerName string }
 			}
 		}
 		v.get(t, "/admin/api/bot/events?state=processed&limit=500"+before, &page)
 		for _, e := range page.Events {
-			if e.EventType == "reactivation" && e.TelegramID != nil {
-				events[*e.TelegramID]++
-			}
-			if e.ProcessedAt != nil {
-				processedAt[strconv.FormatInt(e.ID, 10)] = *e.ProcessedAt
+			if e.EventType == "new_partner" && e.TelegramID != nil {
+				partner[strconv.FormatInt(e.ID, 10)] = e.Payload.PartnerName
 			}
 		}
 		if len(page.Events) < 500 {
@@ -369,54 +371,53 @@ func (v *verifier) checkOutbox(t *testing.T, items []loadtest.Item, fake *fakebo
 		}
 		before = fmt.Sprintf("&beforeId=%d", page.Events[len(page.Events)-1].ID)
 	}
-	perChat := map[string][]loadtest.Item{}
+	dms := map[string][]int{} // partner → the fake's numbers of the DMs naming it
+	for _, c := range sendsOf(fake, botToken) {
+		if name := partnerInDM.FindString(c.Params["text"]); name != "" {
+			dms[name] = append(dms[name], c.Seq)
+		}
+	}
+	repeats := 0
+	for id, name := range partner {
+		switch n := len(dms[name]); {
+		case n == 0:
+			t.Errorf("event %s (%s) was processed, but its DM was never delivered — lost", id, name)
+		case n > 1:
+			repeats += n - 1
+		}
+	}
+	perUser := map[string][]loadtest.Item{}
 	for _, it := range items {
-		if _, ok := processedAt[it.Key]; !ok {
+		if _, ok := partner[it.Key]; !ok {
 			var ev struct{ State string }
 			code := v.get(t, "/admin/api/bot/events/"+it.Key, &ev)
 			t.Errorf("event %s (emit answered 201): %d %q, want processed", it.Key, code, ev.State)
+			continue
 		}
-		perChat[it.Subject] = append(perChat[it.Subject], it)
+		perUser[it.Subject] = append(perUser[it.Subject], it)
 	}
-	for chat, its := range perChat {
+	ordered := 0
+	for user, its := range perUser {
 		for _, a := range its {
 			for _, b := range its {
-				if !inOrder(a, b) {
+				da, db := dms[partner[a.Key]], dms[partner[b.Key]]
+				if !inOrder(a, b) || len(da) == 0 || len(db) == 0 {
 					continue
 				}
-				ida, _ := strconv.ParseInt(a.Key, 10, 64)
-				idb, _ := strconv.ParseInt(b.Key, 10, 64)
-				if ida >= idb || processedAt[a.Key].After(processedAt[b.Key]) {
-					t.Errorf("chat %s: event %s, acknowledged before %s was emitted, has id %d and was processed at %s, after %d at %s — order per user broken",
-						chat, a.Key, b.Key, ida, processedAt[a.Key].Format(time.StampMicro), idb, processedAt[b.Key].Format(time.StampMicro))
+				ordered++
+				if da[0] > db[0] {
+					t.Errorf("user %s: the DM of event %s, emitted before %s was sent, was delivered after that one — order per user broken", user, a.Key, b.Key)
 				}
 			}
 		}
 	}
-	dms := map[string]int{}
-	for _, c := range fake.CallsTo("sendMessage") {
-		if c.OK && strings.HasPrefix(c.Params["text"], "Рады видеть вас снова") {
-			dms[c.Params["chat_id"]]++
-		}
-	}
-	repeats := 0
-	for chat, n := range events {
-		if n < len(perChat[chat]) {
-			t.Errorf("chat %s: %d events processed, fewer than the %d acknowledged", chat, n, len(perChat[chat]))
-		}
-		switch d := dms[chat]; {
-		case d < n:
-			t.Errorf("chat %s: %d DMs for %d processed events — a DM was lost", chat, d, n)
-		case d > n:
-			repeats += d - n
-		}
-	}
 	// At a kill at most a sender's batch is between Telegram's answer and
 	// its record, at most one DM per user; five kills bound the repeats.
-	if limit := killRoundsN * len(events); repeats > limit {
+	if limit := killRoundsN * len(perUser); repeats > limit {
 		t.Errorf("%d repeated DMs after %d kills, more than the %d that can be in flight", repeats, killRoundsN, limit)
 	}
-	t.Logf("outbox: %d acknowledged emits processed in order across %d users; %d DMs repeated after kills (faults: %v)", len(items), len(events), repeats, faults)
+	t.Logf("outbox: %d acknowledged emits of %d users processed, %d events in all, each DM delivered (%d pairs in order); %d DMs repeated after kills (faults: %v)",
+		len(items), len(perUser), len(partner), ordered, repeats, faults)
 }
 
 // checkReplies: every operator's reply answered 202 is stored once in its

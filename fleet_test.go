@@ -185,7 +185,7 @@ func killRounds(t *testing.T, o roundsOpts) {
 		v.checkTopic(t, acc.items[loadtest.PathTopic])
 	})
 	t.Run("every acknowledged emit is processed in order per user, and its DM sent", func(t *testing.T) {
-		v.checkOutbox(t, acc.items[loadtest.PathOutbox], f.fake, o.faults != nil)
+		v.checkOutbox(t, acc.items[loadtest.PathOutbox], f.fake, f.botToken, o.faults != nil)
 	})
 	t.Run("every acknowledged operator reply is stored once and delivered, in order per thread", func(t *testing.T) {
 		v.checkReplies(t, acc.items[pathReply], f.fake, f.omniTok)
