@@ -4,8 +4,13 @@
 // p50/p95/p99 latency and errors, and for consumers the delay from an accepted
 // request to its effect being visible (accepted → handled).
 //
-// It is the engine of `switchyard loadtest` and of the crash suite, which
-// uses OnAccepted to remember every request the server acknowledged.
+// It drives one instance or several instances of one deployment, each
+// request to the next in turn (RoundRobin), as a load balancer would. It is
+// the engine of `switchyard loadtest` and of the crash and fleet suites,
+// which use OnAccepted to remember every request the server acknowledged,
+// and read what the load promised from what each request carries: a
+// webhook's customer and message, an emit's partner (PartnerName, which the
+// DM names), a publish's snapshot (TopicPlan).
 package loadtest
 
 import (
