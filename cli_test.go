@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +124,7 @@ func TestOptionPrecedence(t *testing.T) {
 		{"the variable beats the default", nil, map[string]string{"TEST_MODE": "env"}, "env"},
 		{"the flag beats the variable", []string{"--mode", "flag"}, map[string]string{"TEST_MODE": "env"}, "flag"},
 		{"an empty variable counts as unset", nil, map[string]string{"TEST_MODE": ""}, "plain"},
+		{"a flag given twice keeps its last value", []string{"--mode", "first", "--mode=second"}, nil, "second"},
 	} {
 		got = ""
 		if _, err := parseFlags("version", opts, tc.args, func(k string) string { return tc.env[k] }, io.Discard); err != nil {
@@ -140,6 +142,21 @@ func TestOptionPrecedence(t *testing.T) {
 			var a checkArgs
 			if _, err := parseFlags("check", a.options(), tc.args, func(string) string { return "" }, io.Discard); err != nil || a.quick != tc.want {
 				t.Errorf("check %q: quick %v, err %v; want %v", tc.args, a.quick, err, tc.want)
+			}
+		}
+	})
+	t.Run("loadtest's --url repeats, one instance each, and defaults to one local instance", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want []string
+		}{
+			{nil, []string{"http://127.0.0.1:8080"}},
+			{[]string{"--url", "http://a:1"}, []string{"http://a:1"}},
+			{[]string{"--url", "http://a:1", "--rate", "5", "--url=http://b:2", "--url", "http://c:3"}, []string{"http://a:1", "http://b:2", "http://c:3"}},
+		} {
+			var a loadtestArgs
+			if _, err := parseFlags("loadtest", a.options(), tc.args, func(string) string { return "" }, io.Discard); err != nil || !slices.Equal(a.urls, tc.want) {
+				t.Errorf("loadtest %q: urls %q, err %v; want %q", tc.args, a.urls, err, tc.want)
 			}
 		}
 	})

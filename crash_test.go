@@ -1,53 +1,50 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
+	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/mymmrac/telego"
-
 	"switchyard/loadtest"
-	"switchyard/store/storetest"
+	"switchyard/referral"
 	"switchyard/telegram/fakebot"
-	"switchyard/testwait"
 )
 
 // The crash suite starts the real binary, runs mixed load on all three flows,
 // kills it with SIGKILL at a random moment, restarts it on the same file, five
 // times; then lets it drain and checks from the outside that every request the
-// server acknowledged took effect exactly once, in order.
+// server acknowledged took effect exactly once, in order. It is the fleet
+// test (TestFleet) with one instance, and Telegram failing at random in one
+// of its runs.
 func TestCrashSuite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the crash suite takes minutes; it runs without -short (and always in CI)")
 	}
+	opts := roundsOpts{instances: 1, rate: 150, users: 20, concurrency: 8,
+		killAfter: [2]time.Duration{500 * time.Millisecond, 3 * time.Second}}
 	t.Run("kill -9 under mixed load, five rounds", func(t *testing.T) {
 		t.Parallel()
-		crashRounds(t, nil)
+		killRounds(t, opts)
 	})
 	t.Run("kill -9 under mixed load while Telegram fails at random", func(t *testing.T) {
 		t.Parallel()
-		crashRounds(t, []fakebot.Fault{
+		o := opts
+		o.faults = []fakebot.Fault{
 			{Kind: fakebot.FaultTooManyRequests, Method: "sendMessage", RetryAfter: time.Second, Probability: 0.1},
 			{Kind: fakebot.FaultServerError, Method: "sendMessage", Probability: 0.1},
 			{Kind: fakebot.FaultSlow, Method: "sendMessage", Delay: 300 * time.Millisecond, Probability: 0.1},
-		})
+		}
+		killRounds(t, o)
 	})
 }
 
 const (
-	crashRoundsN  = 5
-	crashUsers    = 20
-	crashRate     = 150 // requests per second per path
 	crashAdmin    = "crash-admin-token-0123456789abcdef"
 	crashBotSec   = "crash-bot-secret-0123456789abcdef"
 	crashOmniHook = "crash-omni-webhook-0123456789abcd"
@@ -66,81 +63,6 @@ func (a *accepted) add(it loadtest.Item) {
 	a.mu.Unlock()
 }
 
-func crashRounds(t *testing.T, faults []fakebot.Fault) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
-
-	fake := fakebot.New(fakebot.Opts{MaxCalls: 1_000_000, Seed: seed})
-	tg := httptest.NewServer(fake)
-	t.Cleanup(func() { tg.Close(); fake.Close() })
-	botToken, omniToken := fakebot.Token(7100000001), fakebot.Token(7100000002)
-
-	addr := freeAddr(t)
-	base := "http://" + addr
-	db := storetest.Source(t)
-	env := []string{
-		"SWITCHYARD_ADMIN_TOKEN=" + crashAdmin, "BOT_TO_BACKEND_SECRET=" + crashBotSec,
-		"OMNI_WEBHOOK_SECRET=" + crashOmniHook, "BOT_TELEGRAM_WEBHOOK_SECRET=" + crashBotHook,
-		"BOT_TELEGRAM_TOKEN=" + botToken, "OMNI_TELEGRAM_TOKEN=" + omniToken, "TELEGRAM_API_URL=" + tg.URL,
-	}
-	startAt := func() *process {
-		p := startArgs(t, []string{"serve", "--db", db, "--addr", addr, "--log-format", "json", "--log-level", "warn"}, env)
-		waitHealthy(t, base)
-		return p
-	}
-
-	p := startAt()
-	// The users outbox events name have started the bot, so it can DM them.
-	bot := fake.Bot(botToken)
-	for i := range crashUsers {
-		id, _ := strconv.ParseInt(loadtest.OutboxTelegramID(int64(i)), 10, 64)
-		if _, err := bot.Start(telego.User{ID: id, FirstName: "User", Username: fmt.Sprintf("crash_user_%d", i)}, ""); err != nil {
-			t.Fatalf("start user %d: %v", i, err)
-		}
-	}
-	for _, f := range faults {
-		fake.AddFault(f)
-	}
-
-	acc := &accepted{items: map[loadtest.Path][]loadtest.Item{}}
-	runBase := time.Now().Unix() % 100_000 * 100
-	for round := range crashRoundsN {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			_, err := loadtest.Run(ctx, loadtest.Opts{
-				BaseURL: base, AdminToken: crashAdmin, BotSecret: crashBotSec, WebhookSecret: crashOmniHook,
-				Rate: crashRate, Duration: time.Minute, Concurrency: 8, Customers: 30, OutboxUsers: crashUsers,
-				RunID: runBase + int64(round), OnAccepted: acc.add, Drain: time.Millisecond,
-			})
-			done <- err
-		}()
-		time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Millisecond) // a random moment
-		if err := p.cmd.Process.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		p.done <- <-p.done // wait for the exit; keep it for the cleanup
-		cancel()
-		<-done
-		acc.mu.Lock()
-		t.Logf("round %d: killed; acknowledged so far: webhook %d, outbox %d, topic %d", round+1,
-			len(acc.items[loadtest.PathWebhook]), len(acc.items[loadtest.PathOutbox]), len(acc.items[loadtest.PathTopic]))
-		acc.mu.Unlock()
-		p = startAt()
-	}
-	fake.ClearFaults()
-
-	// Drain: a send claimed when the process died is retried once its claim
-	// (30 s) runs out, so allow for that.
-	v := &verifier{t: t, base: base}
-	testwait.Until(t, 50*time.Second, "drained", func() bool { return v.drained(acc) }, func() string { return v.lastWhy })
-	v.checkWebhooks(acc.items[loadtest.PathWebhook])
-	v.checkTopic(acc.items[loadtest.PathTopic])
-	v.checkOutbox(acc.items[loadtest.PathOutbox], fake, faults != nil)
-	p.stop(t)
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -151,41 +73,66 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// verifier reads the instance's state through its operators' API.
+// verifier reads the fleet's state through its operators' API, from every
+// instance in turn.
 type verifier struct {
-	t       *testing.T
+	hc      *http.Client
 	base    string
 	lastWhy string
 }
 
-func (v *verifier) get(path string, out any) int {
-	v.t.Helper()
+func newVerifier(t *testing.T, bases []string) *verifier {
+	rr, err := loadtest.NewRoundRobin(bases, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &verifier{hc: &http.Client{Transport: rr, Timeout: 30 * time.Second}, base: rr.Base()}
+}
+
+func (v *verifier) get(t *testing.T, path string, out any) int {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, v.base+path, nil)
 	req.Header.Set("Authorization", "Bearer "+crashAdmin)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := v.hc.Do(req)
 	if err != nil {
-		v.t.Fatalf("GET %s: %v", path, err)
+		t.Fatalf("GET %s: %v", path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == 200 && out != nil {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			v.t.Fatalf("GET %s: decode: %v", path, err)
+			t.Fatalf("GET %s: decode: %v", path, err)
 		}
 	}
 	return resp.StatusCode
 }
 
+// queueEmpty reports whether the queue holds nothing ready, in flight,
+// delayed or held.
+func (v *verifier) queueEmpty(t *testing.T, name string) bool {
+	for _, q := range v.queues(t) {
+		if q.Name == name {
+			return q.Ready+q.InFlight+q.Delayed+q.Held == 0
+		}
+	}
+	return true
+}
+
+// queueJSON is a queue as GET /admin/api/queues shows it.
+type queueJSON struct {
+	Name                           string
+	Ready, InFlight, Delayed, Held int64
+}
+
+func (v *verifier) queues(t *testing.T) []queueJSON {
+	var qs struct{ Queues []queueJSON }
+	v.get(t, "/admin/api/queues", &qs)
+	return qs.Queues
+}
+
 // drained: every queue is empty, the referral group has no lag, and the
 // bot's outbox and outgoing messages are all settled.
-func (v *verifier) drained(acc *accepted) bool {
-	var qs struct {
-		Queues []struct {
-			Name                           string
-			Ready, InFlight, Delayed, Held int64
-		} `json:"queues"`
-	}
-	v.get("/admin/api/queues", &qs)
-	for _, q := range qs.Queues {
+func (v *verifier) drained(t *testing.T) bool {
+	for _, q := range v.queues(t) {
 		if q.Ready+q.InFlight+q.Delayed+q.Held > 0 {
 			v.lastWhy = fmt.Sprintf("queue %s not empty: %+v", q.Name, q)
 			return false
@@ -200,7 +147,7 @@ func (v *verifier) drained(acc *accepted) bool {
 			}
 		} `json:"topics"`
 	}
-	v.get("/admin/api/topics", &tp)
+	v.get(t, "/admin/api/topics", &tp)
 	for _, topic := range tp.Topics {
 		for _, g := range topic.Groups {
 			if g.Lag > 0 {
@@ -211,7 +158,7 @@ func (v *verifier) drained(acc *accepted) bool {
 	}
 	for _, state := range []string{"pending", "retrying"} {
 		var ev struct{ Events []json.RawMessage }
-		v.get("/admin/api/bot/events?state="+state, &ev)
+		v.get(t, "/admin/api/bot/events?state="+state, &ev)
 		if len(ev.Events) > 0 {
 			v.lastWhy = fmt.Sprintf("%d outbox events %s", len(ev.Events), state)
 			return false
@@ -221,7 +168,7 @@ func (v *verifier) drained(acc *accepted) bool {
 	// the bot's own view of them must agree.
 	for _, state := range []string{"pending", "retrying", "sending"} {
 		var out struct{ DMs []json.RawMessage }
-		if code := v.get("/admin/api/bot/dms?status="+state, &out); code != http.StatusOK {
+		if code := v.get(t, "/admin/api/bot/dms?status="+state, &out); code != http.StatusOK {
 			v.lastWhy = fmt.Sprintf("GET /admin/api/bot/dms?status=%s: %d", state, code)
 			return false
 		}
@@ -233,16 +180,34 @@ func (v *verifier) drained(acc *accepted) bool {
 	return true
 }
 
+// inOrder reports the pairs of items that have an order: a was
+// acknowledged before b was sent. Two requests of one subject in flight at
+// once have no order between them (the load sends from many connections,
+// as Telegram and producers do).
+func inOrder(a, b loadtest.Item) bool { return a.Acked.Before(b.Sent) }
+
+// threadMessages are a thread's messages in thread order.
+func (v *verifier) threadMessages(t *testing.T, thread int64) []loadtest.Message {
+	var all []loadtest.Message
+	for after := int64(0); ; {
+		var ms struct{ Messages []loadtest.Message }
+		v.get(t, fmt.Sprintf("/admin/api/omni/threads/%d/messages?after=%d&limit=500", thread, after), &ms)
+		all = append(all, ms.Messages...)
+		if len(ms.Messages) < 500 {
+			return all
+		}
+		after = ms.Messages[len(ms.Messages)-1].Seq
+	}
+}
+
 // checkWebhooks: every update answered 200 is stored once, and each
 // customer's thread holds its messages in the order they were sent: an
-// update acknowledged before another was sent is stored before it. (The load
-// sends from 64 connections, so two updates of one customer may be in
-// flight at once; those have no order between them, as with Telegram.)
-func (v *verifier) checkWebhooks(items []loadtest.Item) {
-	v.t.Helper()
+// update acknowledged before another was sent is stored before it.
+func (v *verifier) checkWebhooks(t *testing.T, items []loadtest.Item) {
+	// Telegram numbers messages per chat: a message is its chat and id.
 	byKey := make(map[string]loadtest.Item, len(items))
 	for _, it := range items {
-		byKey[it.Key] = it
+		byKey[it.Subject+"/"+it.Key] = it
 	}
 	var th struct {
 		Threads []struct {
@@ -250,56 +215,52 @@ func (v *verifier) checkWebhooks(items []loadtest.Item) {
 			Contact struct{ ProviderUserID string }
 		}
 	}
-	v.get("/admin/api/omni/threads?limit=100000", &th)
+	v.get(t, "/admin/api/omni/threads?limit=100000", &th)
 	stored := map[string]int{}
-	for _, t := range th.Threads {
+	for _, thread := range th.Threads {
 		var earlier []loadtest.Item // the thread's acknowledged messages stored so far
-		after := int64(0)
-		for {
-			var ms struct{ Messages []loadtest.Message }
-			v.get(fmt.Sprintf("/admin/api/omni/threads/%d/messages?after=%d&limit=500", t.ID, after), &ms)
-			for _, m := range ms.Messages {
-				if m.Direction != "inbound" || m.ProviderMessageID == nil {
-					continue
-				}
-				stored[*m.ProviderMessageID]++
-				it, acked := byKey[*m.ProviderMessageID]
-				if !acked {
-					continue // committed, but its answer was lost in a kill: no promise of order
-				}
-				for _, e := range earlier {
-					if it.Acked.Before(e.Sent) {
-						v.t.Errorf("thread %d (customer %s): message %s, acknowledged before %s was sent, is stored after it — order broken",
-							t.ID, t.Contact.ProviderUserID, it.Key, e.Key)
-					}
-				}
-				earlier = append(earlier, it)
+		for _, m := range v.threadMessages(t, thread.ID) {
+			if m.Direction != "inbound" || m.ProviderMessageID == nil {
+				continue
 			}
-			if len(ms.Messages) < 500 {
-				break
+			key := thread.Contact.ProviderUserID + "/" + *m.ProviderMessageID
+			stored[key]++
+			it, acked := byKey[key]
+			if !acked {
+				continue // committed, but its answer was lost in a kill: no promise of order
 			}
-			after = ms.Messages[len(ms.Messages)-1].Seq
+			for _, e := range earlier {
+				if inOrder(it, e) {
+					t.Errorf("thread %d (customer %s): message %s, acknowledged before %s was sent, is stored after it — order broken",
+						thread.ID, thread.Contact.ProviderUserID, it.Key, e.Key)
+				}
+			}
+			earlier = append(earlier, it)
 		}
 	}
 	for _, it := range items {
-		if n := stored[it.Key]; n != 1 {
-			v.t.Errorf("webhook update %s (answered 200) stored %d times", it.Key, n)
+		if n := stored[it.Subject+"/"+it.Key]; n != 1 {
+			t.Errorf("webhook update %s of customer %s (answered 200) stored %d times", it.Key, it.Subject, n)
 		}
 	}
 	for key, n := range stored {
 		if n > 1 {
-			v.t.Errorf("update %s stored %d times", key, n)
+			t.Errorf("message %s (customer/id) stored %d times", key, n)
 		}
 	}
-	v.t.Logf("webhooks: %d acknowledged, each stored once; %d stored in all", len(items), len(stored))
+	t.Logf("webhooks: %d acknowledged, each stored once; %d stored in all", len(items), len(stored))
 }
 
-// checkTopic: every publish answered 202 has its replica; every one with a
-// valid referrer has exactly one bond and one bond-created event.
-func (v *verifier) checkTopic(items []loadtest.Item) {
-	v.t.Helper()
+// checkTopic: every publish answered 202 has its replica at the newest
+// version acknowledged; a user with a referral link acknowledged has
+// exactly one bond and one bond-created event, a user without none; and
+// one key's snapshots are applied in order (loadtest.TopicPlan): when a
+// user's first snapshot, through the run's first link, was acknowledged
+// before its follow-up through the second link was sent, the bond is
+// through the first.
+func (v *verifier) checkTopic(t *testing.T, items []loadtest.Item) {
 	bondEvents := map[string]int{}
-	for p, from := 0, int64(0); p < 6; p, from = p+1, 0 {
+	for p, from := 0, int64(0); p < referral.IdentityPartitions; p, from = p+1, 0 {
 		for {
 			var out struct {
 				Messages []struct {
@@ -307,7 +268,7 @@ func (v *verifier) checkTopic(items []loadtest.Item) {
 					Offset int64
 				}
 			}
-			v.get(fmt.Sprintf("/admin/api/topics/pin.referral.bonds.v1/messages?partition=%d&fromOffset=%d&limit=1000", p, from), &out)
+			v.get(t, fmt.Sprintf("/admin/api/topics/%s/messages?partition=%d&fromOffset=%d&limit=1000", referral.TopicBonds, p, from), &out)
 			for _, m := range out.Messages {
 				bondEvents[m.Key]++
 			}
@@ -317,63 +278,92 @@ func (v *verifier) checkTopic(items []loadtest.Item) {
 			from = out.Messages[len(out.Messages)-1].Offset + 1
 		}
 	}
-	bonded := 0
+	perUser := map[string][]loadtest.Item{}
 	for _, it := range items {
-		if code := v.get("/admin/api/referral/replicas/"+it.Subject, nil); code != 200 {
-			v.t.Errorf("user %s (publish answered 202): replica answers %d", it.Subject, code)
+		perUser[it.Subject] = append(perUser[it.Subject], it)
+	}
+	bonded, ordered := 0, 0
+	for user, its := range perUser {
+		var rep struct{ ReplicaVersion int64 }
+		if code := v.get(t, "/admin/api/referral/replicas/"+user, &rep); code != 200 {
+			t.Errorf("user %s (publish answered 202): replica answers %d", user, code)
 			continue
 		}
-		if it.Seq%2 != 0 {
-			continue // published without a referrer
+		var newest int64
+		linked := false
+		var first, followUp *loadtest.Item
+		for _, it := range its {
+			r := loadtest.TopicPlan(it.Run, it.Seq)
+			newest = max(newest, r.Version)
+			linked = linked || r.Link != loadtest.LinkNone
+			if r.Follows == 0 {
+				first = &it
+			} else {
+				followUp = &it
+			}
 		}
-		var bonds struct{ Bonds []json.RawMessage }
-		v.get("/admin/api/referral/bonds?referredUserId="+it.Subject, &bonds)
-		if len(bonds.Bonds) != 1 || bondEvents[it.Subject] != 1 {
-			v.t.Errorf("user %s: %d bonds and %d bond-created events, want 1 and 1", it.Subject, len(bonds.Bonds), bondEvents[it.Subject])
+		if rep.ReplicaVersion < newest {
+			t.Errorf("user %s: replica at version %d, but version %d was acknowledged", user, rep.ReplicaVersion, newest)
+		}
+		var bonds struct {
+			Bonds []struct{ ReferrerUserID string }
+		}
+		v.get(t, "/admin/api/referral/bonds?referredUserId="+user, &bonds)
+		want := 0
+		if linked {
+			want = 1
+		}
+		if len(bonds.Bonds) != want || bondEvents[user] != want {
+			t.Errorf("user %s: %d bonds and %d bond-created events, want %d and %d", user, len(bonds.Bonds), bondEvents[user], want, want)
 			continue
 		}
-		bonded++
+		bonded += want
+		if first == nil || followUp == nil || !inOrder(*first, *followUp) {
+			continue
+		}
+		ordered++
+		if owner := loadtest.LinkOwner(first.Run, loadtest.LinkFirst); bonds.Bonds[0].ReferrerUserID != owner {
+			t.Errorf("user %s: bonded to %s through the follow-up's link, not to %s through the first snapshot's, acknowledged before the follow-up was sent — order per key broken",
+				user, bonds.Bonds[0].ReferrerUserID, owner)
+		}
 	}
 	for key, n := range bondEvents {
 		if n > 1 {
-			v.t.Errorf("bond-created for %s published %d times", key, n)
+			t.Errorf("bond-created for %s published %d times", key, n)
 		}
 	}
-	v.t.Logf("topic: %d acknowledged publishes consumed, %d bonded once each", len(items), bonded)
+	t.Logf("topic: %d acknowledged publishes of %d users consumed, %d bonded once each, %d follow-ups applied after their first snapshot",
+		len(items), len(perUser), bonded, ordered)
 }
 
-// checkOutbox: every emit answered 201 is processed, and the user got the
-// DM it asks for. A DM the process had sent to Telegram but not yet
-// recorded when it was killed is sent again (Telegram has no idempotency
-// key): such repeats are counted and may not exceed what was in flight.
-func (v *verifier) checkOutbox(items []loadtest.Item, fake *fakebot.Server, faults bool) {
-	v.t.Helper()
-	perChat := map[string]int{}
-	for _, it := range items {
-		var ev struct {
-			State        string
-			DeadLettered bool
-		}
-		if code := v.get("/admin/api/bot/events/"+it.Key, &ev); code != 200 || ev.State != "processed" {
-			v.t.Errorf("event %s (emit answered 201): %d %q, want processed", it.Key, code, ev.State)
-		}
-		perChat[it.Subject]++
-	}
-	// Emits committed but unanswered at a kill also take effect: count what
-	// the outbox holds for these users.
-	events := map[string]int{}
+// partnerInDM reads the partner a new_partner DM announces
+// (loadtest.PartnerName).
+var partnerInDM = regexp.MustCompile(`Партнёр \d+/\d+`)
+
+// checkOutbox: every emit answered 201 is processed, and every processed
+// event's user got its DM, which names the event's partner; one user's DMs
+// arrive in the order of their emits (one acknowledged before another was
+// sent is delivered first). A DM the process had sent to Telegram but not
+// yet recorded when it was killed is sent again (Telegram has no
+// idempotency key): such repeats are counted and may not exceed what was in
+// flight.
+func (v *verifier) checkOutbox(t *testing.T, items []loadtest.Item, fake *fakebot.Server, botToken string, faults bool) {
+	// Emits committed but unanswered at a kill also take effect: every
+	// processed event counts.
+	partner := map[string]string{} // event id → its partner
 	for before := ""; ; {
 		var page struct {
 			Events []struct {
 				ID         int64
 				EventType  string
 				TelegramID *string
+				Payload    struct{ PartnerName string }
 			}
 		}
-		v.get("/admin/api/bot/events?state=processed&limit=500"+before, &page)
+		v.get(t, "/admin/api/bot/events?state=processed&limit=500"+before, &page)
 		for _, e := range page.Events {
-			if e.EventType == "reactivation" && e.TelegramID != nil {
-				events[*e.TelegramID]++
+			if e.EventType == "new_partner" && e.TelegramID != nil {
+				partner[strconv.FormatInt(e.ID, 10)] = e.Payload.PartnerName
 			}
 		}
 		if len(page.Events) < 500 {
@@ -381,28 +371,107 @@ func (v *verifier) checkOutbox(items []loadtest.Item, fake *fakebot.Server, faul
 		}
 		before = fmt.Sprintf("&beforeId=%d", page.Events[len(page.Events)-1].ID)
 	}
-	dms := map[string]int{}
-	for _, c := range fake.CallsTo("sendMessage") {
-		if c.OK && strings.HasPrefix(c.Params["text"], "Рады видеть вас снова") {
-			dms[c.Params["chat_id"]]++
+	dms := map[string][]int{} // partner → the fake's numbers of the DMs naming it
+	for _, c := range sendsOf(fake, botToken) {
+		if name := partnerInDM.FindString(c.Params["text"]); name != "" {
+			dms[name] = append(dms[name], c.Seq)
 		}
 	}
 	repeats := 0
-	for chat, n := range events {
-		if n < perChat[chat] {
-			v.t.Errorf("chat %s: %d events processed, fewer than the %d acknowledged", chat, n, perChat[chat])
+	for id, name := range partner {
+		switch n := len(dms[name]); {
+		case n == 0:
+			t.Errorf("event %s (%s) was processed, but its DM was never delivered — lost", id, name)
+		case n > 1:
+			repeats += n - 1
 		}
-		switch d := dms[chat]; {
-		case d < n:
-			v.t.Errorf("chat %s: %d DMs for %d processed events — a DM was lost", chat, d, n)
-		case d > n:
-			repeats += d - n
+	}
+	perUser := map[string][]loadtest.Item{}
+	for _, it := range items {
+		if _, ok := partner[it.Key]; !ok {
+			var ev struct{ State string }
+			code := v.get(t, "/admin/api/bot/events/"+it.Key, &ev)
+			t.Errorf("event %s (emit answered 201): %d %q, want processed", it.Key, code, ev.State)
+			continue
+		}
+		perUser[it.Subject] = append(perUser[it.Subject], it)
+	}
+	ordered := 0
+	for user, its := range perUser {
+		for _, a := range its {
+			for _, b := range its {
+				da, db := dms[partner[a.Key]], dms[partner[b.Key]]
+				if !inOrder(a, b) || len(da) == 0 || len(db) == 0 {
+					continue
+				}
+				ordered++
+				if da[0] > db[0] {
+					t.Errorf("user %s: the DM of event %s, emitted before %s was sent, was delivered after that one — order per user broken", user, a.Key, b.Key)
+				}
+			}
 		}
 	}
 	// At a kill at most a sender's batch is between Telegram's answer and
-	// its record; five kills bound the repeats.
-	if limit := crashRoundsN * crashUsers; repeats > limit {
-		v.t.Errorf("%d repeated DMs after %d kills, more than the %d that can be in flight", repeats, crashRoundsN, limit)
+	// its record, at most one DM per user; five kills bound the repeats.
+	if limit := killRoundsN * len(perUser); repeats > limit {
+		t.Errorf("%d repeated DMs after %d kills, more than the %d that can be in flight", repeats, killRoundsN, limit)
 	}
-	v.t.Logf("outbox: %d acknowledged emits processed across %d users; %d DMs repeated after kills (faults: %v)", len(items), len(events), repeats, faults)
+	t.Logf("outbox: %d acknowledged emits of %d users processed, %d events in all, each DM delivered (%d pairs in order); %d DMs repeated after kills (faults: %v)",
+		len(items), len(perUser), len(partner), ordered, repeats, faults)
+}
+
+// checkReplies: every operator's reply answered 202 is stored once in its
+// thread and sent, and the fake Bot API delivered it to the customer; one
+// thread's replies are stored and delivered in the order they were posted.
+// A reply sent to Telegram but not yet recorded when its process was killed
+// is sent again (as a DM is), so repeats are counted and bounded.
+func (v *verifier) checkReplies(t *testing.T, items []loadtest.Item, fake *fakebot.Server, token string) {
+	delivered := map[string][]int{} // text → the fake's call numbers
+	for _, c := range sendsOf(fake, token) {
+		delivered[c.Params["text"]] = append(delivered[c.Params["text"]], c.Seq)
+	}
+	perThread := map[string][]loadtest.Item{}
+	for _, it := range items {
+		perThread[it.Subject] = append(perThread[it.Subject], it)
+	}
+	repeats := 0
+	for thread, its := range perThread {
+		id, _ := strconv.ParseInt(thread, 10, 64)
+		stored := map[string][]loadtest.Message{} // message id → its rows
+		for _, m := range v.threadMessages(t, id) {
+			if m.Direction == "outbound" {
+				stored[strconv.FormatInt(m.ID, 10)] = append(stored[strconv.FormatInt(m.ID, 10)], m)
+			}
+		}
+		for _, it := range its {
+			text := replyText(it.Run, it.Seq)
+			ms := stored[it.Key]
+			switch {
+			case len(ms) != 1 || ms[0].Text != text:
+				t.Errorf("thread %s: reply %s (answered 202) stored as %+v, want once with text %q", thread, it.Key, ms, text)
+				continue
+			case ms[0].Status != "sent":
+				t.Errorf("thread %s: reply %s is %s, want sent", thread, it.Key, ms[0].Status)
+			case len(delivered[text]) == 0:
+				t.Errorf("thread %s: reply %s was never delivered", thread, it.Key)
+			}
+			repeats += max(len(delivered[text])-1, 0)
+			for _, e := range its {
+				if !inOrder(it, e) || len(stored[e.Key]) != 1 {
+					continue
+				}
+				later := stored[e.Key][0]
+				if ms[0].Seq >= later.Seq {
+					t.Errorf("thread %s: reply %s, answered before %s was posted, is stored after it (seq %d, %d) — order broken", thread, it.Key, e.Key, ms[0].Seq, later.Seq)
+				}
+				if d, dl := delivered[text], delivered[replyText(e.Run, e.Seq)]; len(d) > 0 && len(dl) > 0 && d[0] > dl[0] {
+					t.Errorf("thread %s: reply %s, answered before %s was posted, was delivered after it — order broken", thread, it.Key, e.Key)
+				}
+			}
+		}
+	}
+	if limit := killRoundsN * len(perThread); repeats > limit {
+		t.Errorf("%d repeated replies after %d kills, more than the %d that can be in flight", repeats, killRoundsN, limit)
+	}
+	t.Logf("replies: %d acknowledged in %d threads, each stored once and delivered; %d repeated after kills", len(items), len(perThread), repeats)
 }

@@ -23,36 +23,32 @@ type option struct {
 // --flag=true).
 func (o option) boolean() bool { return o.def == "true" || o.def == "false" }
 
-// boolText is a boolean flag's text, kept for the option's set to parse.
-type boolText struct{ v *string }
-
-func (b boolText) String() string {
-	if b.v == nil {
-		return ""
-	}
-	return *b.v
+// given is what the command line gave one option, every time it was given.
+type given struct {
+	values  []string
+	boolean bool
 }
-func (b boolText) Set(v string) error { *b.v = v; return nil }
-func (b boolText) IsBoolFlag() bool   { return true }
+
+func (g *given) String() string     { return strings.Join(g.values, ",") }
+func (g *given) Set(v string) error { g.values = append(g.values, v); return nil }
+func (g *given) IsBoolFlag() bool   { return g.boolean }
 
 // parseFlags is how every command reads its options: each takes its value
 // from its flag, else from its environment variable, else from its
 // default, and hands it to its set; an error names the option and where the
-// value came from, and is an errUsage. It returns the arguments after the
-// options. -h or --help prints the command's usage (printUsage) to help and
-// returns flag.ErrHelp.
+// value came from, and is an errUsage. A flag given more than once hands
+// set each value in turn, so a plain option keeps the last and a repeatable
+// one (loadtest's --url) collects them all. It returns the arguments after
+// the options. -h or --help prints the command's usage (printUsage) to help
+// and returns flag.ErrHelp.
 func parseFlags(name string, opts []option, args []string, getenv func(string) string, help io.Writer) ([]string, error) {
 	fs := flag.NewFlagSet("switchyard "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	given := map[string]*string{}
+	gave := map[string]*given{}
 	for _, o := range opts {
-		given[o.flag] = new(string)
-		if o.boolean() {
-			fs.Var(boolText{given[o.flag]}, o.flag, o.usage)
-			continue
-		}
-		fs.StringVar(given[o.flag], o.flag, "", o.usage)
+		gave[o.flag] = &given{boolean: o.boolean()}
+		fs.Var(gave[o.flag], o.flag, o.usage)
 	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		printUsage(help, name)
@@ -60,18 +56,18 @@ func parseFlags(name string, opts []option, args []string, getenv func(string) s
 	} else if err != nil {
 		return nil, usageError{fmt.Errorf("%w (switchyard %s --help lists its options)", err, name)}
 	}
-	explicit := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 	for _, o := range opts {
-		v, from := o.def, "default"
+		values, from := []string{o.def}, "default"
 		if e := lookupEnv(getenv, o.env); e != "" {
-			v, from = e, o.env
+			values, from = []string{e}, o.env
 		}
-		if explicit[o.flag] {
-			v, from = *given[o.flag], "--"+o.flag
+		if g := gave[o.flag]; len(g.values) > 0 {
+			values, from = g.values, "--"+o.flag
 		}
-		if err := o.set(v); err != nil {
-			return nil, usageError{fmt.Errorf("%s (from %s): %w", o.flag, from, err)}
+		for _, v := range values {
+			if err := o.set(v); err != nil {
+				return nil, usageError{fmt.Errorf("%s (from %s): %w", o.flag, from, err)}
+			}
 		}
 	}
 	return fs.Args(), nil

@@ -26,8 +26,10 @@ const defaultLoadDuration = 10 * time.Second
 
 // loadtestArgs are loadtest's options.
 type loadtestArgs struct {
-	url, db string
-	opts    loadtest.Opts
+	// urls are the instances to load, --url once each.
+	urls []string
+	db   string
+	opts loadtest.Opts
 	// duration is --duration, nil when unset: then the run is bounded by
 	// --count when set, else by defaultLoadDuration.
 	duration *time.Duration
@@ -36,7 +38,10 @@ type loadtestArgs struct {
 func (a *loadtestArgs) options() []option {
 	o := &a.opts
 	return []option{
-		{"url", "", "http://127.0.0.1:8080", "base URL of the running instance", setString(&a.url)},
+		{"url", "", "http://127.0.0.1:8080", "base URL of a running instance; repeat it for several instances of one deployment, which then get the requests in turn (one that refuses connections passes its turn on)", func(v string) error {
+			a.urls = append(a.urls, v)
+			return nil
+		}},
 		{"paths", "", "all", "paths to load: all, or a comma-separated subset of webhook,outbox,topic", func(v string) error {
 			ps, err := loadtest.ParsePaths(v)
 			o.Paths = ps
@@ -82,7 +87,7 @@ func loadtestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := a.secrets(ctx, &opts); err != nil {
 		return err
 	}
-	opts.BaseURL, opts.Progress = a.url, stderr
+	opts.BaseURLs, opts.Progress = a.urls, stderr
 	rep, err := loadtest.Run(ctx, opts)
 	rep.Print(stdout)
 	if errors.Is(err, context.Canceled) {

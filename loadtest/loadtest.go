@@ -4,8 +4,13 @@
 // p50/p95/p99 latency and errors, and for consumers the delay from an accepted
 // request to its effect being visible (accepted → handled).
 //
-// It is the engine of `switchyard loadtest` and of the crash suite, which
-// uses OnAccepted to remember every request the server acknowledged.
+// It drives one instance or several instances of one deployment, each
+// request to the next in turn (RoundRobin), as a load balancer would. It is
+// the engine of `switchyard loadtest` and of the crash and fleet suites,
+// which use OnAccepted to remember every request the server acknowledged,
+// and read what the load promised from what each request carries: a
+// webhook's customer and message, an emit's partner (PartnerName, which the
+// DM names), a publish's snapshot (TopicPlan).
 package loadtest
 
 import (
@@ -66,6 +71,8 @@ type Item struct {
 	Subject string
 	// Seq orders the items of one subject as they were acknowledged.
 	Seq int64
+	// Run is the RunID of the run that sent it.
+	Run int64
 	// Sent and Acked are when the request went out and when its
 	// acknowledgement came back. Requests of one subject that overlapped have
 	// no order between them; one acknowledged before another was sent must
@@ -77,6 +84,10 @@ type Item struct {
 type Opts struct {
 	// BaseURL of the running instance, e.g. http://127.0.0.1:8080.
 	BaseURL string
+	// BaseURLs are several instances of one deployment (after BaseURL, when
+	// both are set): the requests go to each in turn, and one an instance
+	// refuses to connect goes to the next (RoundRobin).
+	BaseURLs []string
 	// AdminToken authorises the admin API (emits, publishes, probes).
 	AdminToken string
 	// BotSecret is BOT_TO_BACKEND_SECRET, for the outbox consumer client.
@@ -104,6 +115,11 @@ type Opts struct {
 	// (default 1000). Identity events upsert a new user per request.
 	Customers   int
 	OutboxUsers int
+	// BusinessConnection is the Telegram Business connection customers
+	// write through (default BusinessConnectionID): a test whose fake Bot
+	// API has a connection passes its id, so that replies to the customers
+	// can be delivered.
+	BusinessConnection string
 	// Drain is how long to wait after the load for consumers to catch up
 	// (default 30 s).
 	Drain time.Duration
@@ -114,7 +130,9 @@ type Opts struct {
 	Progress io.Writer
 	// OnAccepted is called for every acknowledged request (any goroutine).
 	OnAccepted func(Item)
-	// Client sends the requests (default: one with keep-alive for all connections).
+	// Client sends the requests (default: one with keep-alive for all
+	// connections); with several base URLs Run balances through a copy of it
+	// whose transport is a RoundRobin over its own.
 	Client *http.Client
 }
 
@@ -230,10 +248,13 @@ func errorKind(err error) string {
 // Run drives the load and returns the report. It returns early, with what
 // it measured, when ctx is cancelled.
 func Run(ctx context.Context, opts Opts) (Report, error) {
-	if opts.BaseURL == "" || opts.AdminToken == "" {
-		return Report{}, errors.New("loadtest: BaseURL and AdminToken are required")
+	bases := opts.BaseURLs
+	if opts.BaseURL != "" {
+		bases = append([]string{opts.BaseURL}, bases...)
 	}
-	opts.BaseURL = strings.TrimRight(opts.BaseURL, "/")
+	if len(bases) == 0 || opts.AdminToken == "" {
+		return Report{}, errors.New("loadtest: a base URL and AdminToken are required")
+	}
 	if len(opts.Paths) == 0 {
 		opts.Paths = slices.Clone(AllPaths)
 	}
@@ -246,6 +267,9 @@ func Run(ctx context.Context, opts Opts) (Report, error) {
 	if opts.OutboxUsers <= 0 {
 		opts.OutboxUsers = 1000
 	}
+	if opts.BusinessConnection == "" {
+		opts.BusinessConnection = BusinessConnectionID
+	}
 	if opts.Drain <= 0 {
 		opts.Drain = 30 * time.Second
 	}
@@ -257,6 +281,18 @@ func Run(ctx context.Context, opts Opts) (Report, error) {
 		tr.MaxIdleConnsPerHost = 256
 		tr.MaxConnsPerHost = 0
 		opts.Client = &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	}
+	// Every request is made to the first base URL; with several, the
+	// client's transport sends each to the next instance.
+	opts.BaseURL = strings.TrimRight(bases[0], "/")
+	if len(bases) > 1 {
+		rr, err := NewRoundRobin(bases, opts.Client.Transport)
+		if err != nil {
+			return Report{}, err
+		}
+		c := *opts.Client
+		c.Transport = rr
+		opts.Client = &c
 	}
 	if slices.Contains(opts.Paths, PathWebhook) && opts.WebhookSecret == "" {
 		return Report{}, errors.New("loadtest: the webhook path needs the webhook secret (OMNI_WEBHOOK_SECRET)")
@@ -365,7 +401,7 @@ func drive(ctx context.Context, opts Opts, g generator, rec *recorder) {
 					rec.fail(errorKind(err))
 					continue
 				}
-				item.Sent, item.Acked = t0, time.Now()
+				item.Run, item.Sent, item.Acked = opts.RunID, t0, time.Now()
 				rec.ok(item.Acked.Sub(t0))
 				if opts.OnAccepted != nil {
 					opts.OnAccepted(item)

@@ -3,6 +3,7 @@ package loadtest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -13,9 +14,11 @@ import (
 	"switchyard/bot/onboarding"
 )
 
-// outboxGen emits events through the admin API (standing in for backend
-// actions) and, with Consume, drains them as the bot would: GET
-// /bot/events/pending with a long poll, then POST /bot/events/ack.
+// outboxGen emits new_partner events through the admin API (standing in for
+// backend actions) and, with Consume, drains them as the bot would: GET
+// /bot/events/pending with a long poll, then POST /bot/events/ack. Each
+// event names a partner of its own (PartnerName), so the DM the bot sends
+// for it says which event it is.
 type outboxGen struct {
 	api     *client
 	runID   int64
@@ -26,6 +29,10 @@ type outboxGen struct {
 	mu      sync.Mutex
 	emitted map[contract.EventID]time.Time // accepted, not yet acknowledged by the consumer
 }
+
+// PartnerName is the partner event n of a run announces; the onboarding
+// bot's DM for the event carries it.
+func PartnerName(runID, n int64) string { return fmt.Sprintf("Партнёр %d/%d", runID, n) }
 
 // OutboxTelegramID is the Telegram id of load-test user i.
 func OutboxTelegramID(i int64) string { return strconv.FormatInt(7_100_000_000+i, 10) }
@@ -42,10 +49,10 @@ func (g *outboxGen) prepare(context.Context) error { return nil }
 
 func (g *outboxGen) send(ctx context.Context, n int64) (Item, error) {
 	tg := OutboxTelegramID(n % g.users)
-	payload, _ := json.Marshal(map[string]int64{"loadtestRun": g.runID, "n": n})
+	payload, _ := json.Marshal(contract.NewPartnerPayload{PartnerUID: contract.UID(n), PartnerName: PartnerName(g.runID, n)})
 	var out backend.EmitResponse
 	err := g.api.adminDo(ctx, http.MethodPost, "/admin/api/bot/events", backend.EmitRequest{
-		EventType: contract.EventReactivation, TelegramID: contract.TelegramID(tg), Payload: payload,
+		EventType: contract.EventNewPartner, TelegramID: contract.TelegramID(tg), Payload: payload,
 	}, &out)
 	if err != nil {
 		return Item{}, err

@@ -12,13 +12,11 @@ import (
 // IdentityTopic is the topic identity events are published to.
 const IdentityTopic = "pin.identity.users.v1"
 
-// topicGen publishes pin.identity.user-upserted events, half of them with a
-// referrer link, so the referral consumer writes replicas and bonds.
+// topicGen publishes pin.identity.user-upserted events as TopicPlan says,
+// so the referral consumer writes replicas and bonds.
 type topicGen struct {
 	api    *client
 	runID  int64
-	owner  string
-	slug   string
 	probes chan probe
 }
 
@@ -39,13 +37,63 @@ func MessageID(runID, n int64) string {
 	return uuid.NewSHA1(loadtestNS, []byte(fmt.Sprintf("message/%d/%d", runID, n))).String()
 }
 
-func newTopicGen(api *client, opts Opts) *topicGen {
-	return &topicGen{
-		api: api, runID: opts.RunID,
-		owner:  UserID(opts.RunID, 0),
-		slug:   fmt.Sprintf("lt-%d", opts.RunID),
-		probes: make(chan probe, 1),
+// Link is one of a run's referral links, each with its own owner (an
+// Agent).
+type Link int
+
+// The links of a run.
+const (
+	LinkNone   Link = iota // no ReferrerUrl
+	LinkFirst              // the link a new user registers through
+	LinkSecond             // the link a follow-up snapshot names
+)
+
+var links = []Link{LinkFirst, LinkSecond}
+
+// LinkOwner is the owner of a run's link. No request has a number below 1,
+// so the owners are nobody's users.
+func LinkOwner(runID int64, l Link) string { return UserID(runID, -int64(l)) }
+
+func (l Link) slug(runID int64) string { return fmt.Sprintf("lt-%d-%d", runID, l) }
+
+// followUpGap is how many requests after a new user its follow-up is
+// published: far enough that at a modest rate the first is usually
+// acknowledged before the second is sent, which is when their order is a
+// promise.
+const followUpGap = 32
+
+// TopicRequest is what one request of the topic path publishes.
+type TopicRequest struct {
+	User    string
+	Version int64
+	// Link is the link the snapshot registers through.
+	Link Link
+	// Follows is the request whose user this snapshot updates, 0 when the
+	// user is new.
+	Follows int64
+}
+
+// TopicPlan is request n of a run of the topic path. Three requests in
+// four bring a new user (Version 1); half of all requests (n even) name the
+// run's first link. The fourth (n%4 == 3) is the Version 2 snapshot of the
+// user of request n-3-followUpGap, which named the first link, now naming
+// the second one: the user is then no longer first-seen, so the consumer
+// keeps the bond through the first link — unless it handled the two out of
+// order, when the bond is through the second. Before there is such a
+// request, the fourth is a new user without a link.
+func TopicPlan(runID, n int64) TopicRequest {
+	if m := n - 3 - followUpGap; n%4 == 3 && m >= 1 {
+		return TopicRequest{User: UserID(runID, m), Version: 2, Link: LinkSecond, Follows: m}
 	}
+	r := TopicRequest{User: UserID(runID, n), Version: 1}
+	if n%2 == 0 {
+		r.Link = LinkFirst
+	}
+	return r
+}
+
+func newTopicGen(api *client, opts Opts) *topicGen {
+	return &topicGen{api: api, runID: opts.RunID, probes: make(chan probe, 1)}
 }
 
 // UpsertEvent is a pin.identity.user-upserted message as identity publishes it.
@@ -66,14 +114,21 @@ func UpsertEvent(messageID, userID, userType, referrer string, version int64, at
 	}
 }
 
-// prepare publishes the link owner and creates the link half the users use.
+// prepare publishes the links' owners and creates the links.
 func (g *topicGen) prepare(ctx context.Context) error {
-	if err := g.publish(ctx, UpsertEvent(MessageID(g.runID, 0), g.owner, "Agent", "", 1, time.Now())); err != nil {
-		return err
+	for _, l := range links {
+		owner := LinkOwner(g.runID, l)
+		if err := g.publish(ctx, UpsertEvent(MessageID(g.runID, -int64(l)), owner, "Agent", "", 1, time.Now())); err != nil {
+			return err
+		}
+		err := g.api.adminDo(ctx, http.MethodPost, "/admin/api/referral/links", map[string]any{
+			"url": l.slug(g.runID), "ownerUserId": owner, "tenantId": uuid.NewSHA1(loadtestNS, []byte("tenant")).String(), "channel": "loadtest",
+		}, nil)
+		if err != nil {
+			return err
+		}
 	}
-	return g.api.adminDo(ctx, http.MethodPost, "/admin/api/referral/links", map[string]any{
-		"url": g.slug, "ownerUserId": g.owner, "tenantId": uuid.NewSHA1(loadtestNS, []byte("tenant")).String(), "channel": "loadtest",
-	}, nil)
+	return nil
 }
 
 func (g *topicGen) publish(ctx context.Context, ev map[string]any) error {
@@ -81,21 +136,21 @@ func (g *topicGen) publish(ctx context.Context, ev map[string]any) error {
 }
 
 func (g *topicGen) send(ctx context.Context, n int64) (Item, error) {
-	user, msg := UserID(g.runID, n), MessageID(g.runID, n)
+	r, msg := TopicPlan(g.runID, n), MessageID(g.runID, n)
 	referrer := ""
-	if n%2 == 0 {
-		referrer = g.slug
+	if r.Link != LinkNone {
+		referrer = r.Link.slug(g.runID)
 	}
-	if err := g.publish(ctx, UpsertEvent(msg, user, "Investor", referrer, 1, time.Now())); err != nil {
+	if err := g.publish(ctx, UpsertEvent(msg, r.User, "Investor", referrer, r.Version, time.Now())); err != nil {
 		return Item{}, err
 	}
 	if n%50 == 0 {
 		select {
-		case g.probes <- probe{user: user, accepted: time.Now()}:
+		case g.probes <- probe{user: r.User, accepted: time.Now()}:
 		default: // a probe is still being timed
 		}
 	}
-	return Item{Path: PathTopic, Key: msg, Subject: user, Seq: n}, nil
+	return Item{Path: PathTopic, Key: msg, Subject: r.User, Seq: n}, nil
 }
 
 // background times sampled publishes until their replica is visible

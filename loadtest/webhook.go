@@ -16,21 +16,23 @@ type webhookGen struct {
 	secret    string
 	runID     int64
 	customers int64
+	conn      string
 	header    http.Header
 }
 
 // CustomerChatID is the Telegram chat id of load-test customer i.
 func CustomerChatID(i int64) int64 { return 8_000_000_000 + i }
 
-// probeChatID is the customer whose messages measure accepted → stored.
-const probeChatID = 8_999_999_999
+// ProbeChatID is the customer whose messages measure accepted → stored.
+const ProbeChatID = 8_999_999_999
 
-// BusinessConnectionID is the connection load-test customers write to.
+// BusinessConnectionID is the connection load-test customers write to
+// unless Opts.BusinessConnection names another.
 const BusinessConnectionID = "loadtest-business"
 
 func newWebhookGen(api *client, opts Opts) *webhookGen {
 	return &webhookGen{
-		api: api, secret: opts.WebhookSecret, runID: opts.RunID, customers: int64(opts.Customers),
+		api: api, secret: opts.WebhookSecret, runID: opts.RunID, customers: int64(opts.Customers), conn: opts.BusinessConnection,
 		header: http.Header{"X-Telegram-Bot-Api-Secret-Token": {opts.WebhookSecret}},
 	}
 }
@@ -39,13 +41,13 @@ func newWebhookGen(api *client, opts Opts) *webhookGen {
 func (g *webhookGen) updateID(n int64) int64 { return g.runID%1_000_000*1_000_000_000 + n }
 
 // businessUpdate is the JSON Telegram sends for a customer's message.
-func businessUpdate(updateID, chatID, messageID int64, text string) []byte {
+func businessUpdate(conn string, updateID, chatID, messageID int64, text string) []byte {
 	user := map[string]any{"id": chatID, "is_bot": false, "first_name": "Покупатель", "last_name": strconv.FormatInt(chatID%10000, 10), "username": fmt.Sprintf("customer_%d", chatID), "language_code": "ru"}
 	u := map[string]any{
 		"update_id": updateID,
 		"business_message": map[string]any{
 			"message_id":             messageID,
-			"business_connection_id": BusinessConnectionID,
+			"business_connection_id": conn,
 			"from":                   user,
 			"chat":                   map[string]any{"id": chatID, "type": "private", "first_name": user["first_name"], "last_name": user["last_name"], "username": user["username"]},
 			"date":                   time.Now().Unix(),
@@ -61,7 +63,7 @@ func (g *webhookGen) prepare(context.Context) error { return nil }
 func (g *webhookGen) send(ctx context.Context, n int64) (Item, error) {
 	id := g.updateID(n)
 	chat := CustomerChatID(n % g.customers)
-	body := businessUpdate(id, chat, id, fmt.Sprintf("Здравствуйте! Вопрос по заказу №%d: когда доставка?", n))
+	body := businessUpdate(g.conn, id, chat, id, fmt.Sprintf("Здравствуйте! Вопрос по заказу №%d: когда доставка?", n))
 	if err := g.api.do(ctx, http.MethodPost, "/webhooks/telegram", g.header, body, nil); err != nil {
 		return Item{}, err
 	}
@@ -75,7 +77,7 @@ func (g *webhookGen) background(ctx context.Context, rec *recorder) {
 	for k := int64(1); ctx.Err() == nil; k++ {
 		id := g.updateID(900_000_000 + k)
 		text := fmt.Sprintf("probe %d/%d", g.runID, k)
-		if err := g.api.do(ctx, http.MethodPost, "/webhooks/telegram", g.header, businessUpdate(id, probeChatID, id, text), nil); err != nil {
+		if err := g.api.do(ctx, http.MethodPost, "/webhooks/telegram", g.header, businessUpdate(g.conn, id, ProbeChatID, id, text), nil); err != nil {
 			sleep(ctx, 250*time.Millisecond)
 			continue
 		}
@@ -107,7 +109,7 @@ func (g *webhookGen) findProbeThread(ctx context.Context) int64 {
 		return 0
 	}
 	for _, t := range out.Threads {
-		if t.Contact.ProviderUserID == strconv.FormatInt(probeChatID, 10) {
+		if t.Contact.ProviderUserID == strconv.FormatInt(ProbeChatID, 10) {
 			return t.ID
 		}
 	}
