@@ -77,6 +77,7 @@ func benchFleetQueue(b *testing.B, n int) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+	reportReruns(b, dbs)
 }
 
 func benchFleetTopic(b *testing.B, n int) {
@@ -119,6 +120,19 @@ func benchFleetTopic(b *testing.B, n int) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+	reportReruns(b, dbs)
+}
+
+// reportReruns reports the transactions the instances ran again after a
+// serialization failure or a deadlock (PostgreSQL): a storm of them would be
+// contention turning into wasted work.
+func reportReruns(b *testing.B, dbs []*store.DB) {
+	var n int64
+	for _, db := range dbs {
+		r := db.TxRetries()
+		n += r.Serialization + r.Deadlock
+	}
+	b.ReportMetric(float64(n), "reruns")
 }
 
 // runSenders makes b.N calls of send from 48 goroutines; goroutine i sends
