@@ -9,15 +9,18 @@ import (
 
 // Wake-ups across processes. A send, a publish, a redrive or an unparked
 // message wakes the signal of its queue, topic or group once committed
-// (afterCommit, AfterCommit); on PostgreSQL the signal also broadcasts the
-// same wake-up to the other processes on the database (store.DB.Broadcast:
-// after the commit, never inside the transaction, gathered over a few
-// milliseconds), and the hub of each of those wakes its own signal of that
-// name exactly as a local commit would: a queue's workers receive at once; a
-// topic's subscribers reread only the partition published to. A wake-up that
-// does not arrive costs only latency: workers and subscribers poll as well,
-// and when the listening connection was down the hub wakes every signal it
-// has, with every partition marked, so that each looks once at everything.
+// (afterCommit, AfterCommit), and so does a member that joins a consumer
+// group or hands partitions over (Subscription.announce, after its lease
+// writes). On PostgreSQL the signal also broadcasts the same wake-up to the
+// other processes on the database (store.DB.Broadcast: after the commit,
+// never inside the transaction, gathered over a few milliseconds), and the
+// hub of each of those wakes its own signal of that name exactly as a local
+// commit would: a queue's workers receive at once; a topic's subscribers
+// reread only the partition published to; a group's members look at its
+// leases and balance. A wake-up that does not arrive costs only latency:
+// workers and subscribers poll as well, and when the listening connection
+// was down the hub wakes every signal it has, with every partition marked,
+// so that each looks once at everything.
 //
 // On SQLite nothing is broadcast; the other processes on the file poll.
 
@@ -140,21 +143,4 @@ func (h *hub) heard(n store.Notice) {
 	default:
 		s.wakeDirty(uint64(1) << (p % 64))
 	}
-}
-
-// leaseSignal is a consumer group's membership signal: notified when a
-// member released partitions of the group (or joined it, and would take
-// some), so that the other members look at the group's leases now rather
-// than at their next renewal.
-func leaseSignal(db *store.DB, topic, group string) *signal {
-	return hubFor(db).signal("l:" + topic + "\x00" + group)
-}
-
-// partitionsReleased tells every member of the group, in this process and in
-// the others on the database, that partitions of it are free: their loops
-// wait on leaseSignal(…).wait() and then try to take the leases. Call it once
-// the release has committed (store.DB.ReleaseLease has returned); like every
-// wake-up it is a hint, and the members' renewals stay the fallback.
-func partitionsReleased(db *store.DB, topic, group string) {
-	leaseSignal(db, topic, group).notify()
 }

@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,14 +15,14 @@ import (
 func TestWireNames(t *testing.T) {
 	t.Parallel()
 	for _, name := range []string{
-		"q:sender.flow", "t:pin.identity.users.v1", "g:topic\x00group", "l:t\x00g", "q:with space", `q:"quoted"`,
+		"q:sender.flow", "t:pin.identity.users.v1", "g:topic\x00group", "q:with space", `q:"quoted"`,
 		`q:back\slash`, "q:кириллица", "q:\xff\xfe", "q:",
 	} {
 		for _, p := range []int{-1, 0, 5, 63, 64, 4000} {
-			t.Run("a name travels and comes back: "+name, func(t *testing.T) {
+			t.Run(fmt.Sprintf("%q with partition %d travels and comes back", name, p), func(t *testing.T) {
 				payload := wireName(name)
 				if p >= 0 {
-					payload += " " + itoa(p)
+					payload += " " + strconv.Itoa(p)
 				}
 				got, gotP, ok := parseWire(payload)
 				if !ok || got != name || gotP != p {
@@ -34,14 +36,6 @@ func TestWireNames(t *testing.T) {
 			t.Errorf("parseWire(%q) = %q, %d, accepted", bad, name, p)
 		}
 	}
-}
-
-func itoa(p int) string {
-	const digits = "0123456789"
-	if p < 10 {
-		return digits[p : p+1]
-	}
-	return itoa(p/10) + digits[p%10:p%10+1]
 }
 
 // otherHandle opens a second handle on db's database: another instance.
@@ -86,20 +80,21 @@ func TestPeerSignals(t *testing.T) {
 		}
 	})
 
-	t.Run("partitions released in another instance wake this one's members of the group at once", func(t *testing.T) {
+	t.Run("a group's wake-up in another instance wakes this one's members of that group only", func(t *testing.T) {
 		t.Parallel()
 		storetest.PostgresOnly(t, pgOnly)
 		a := storetest.New(t)
 		b := otherHandle(t, a)
-		sig := leaseSignal(b, "t", "g")
-		other := leaseSignal(b, "t", "other group")
+		sig, other := groupSignal(b, "t", "g"), groupSignal(b, "t", "other group")
 		testwait.Until(t, 10*time.Second, "b listens", func() bool { return b.BroadcastStats().Listens >= 1 })
 		l, lo := sig.listen(), other.listen()
 		defer sig.unlisten(l)
 		defer other.unlisten(lo)
 		woken := sig.wait()
 
-		partitionsReleased(a, "t", "g")
+		// What Subscription.announce does when a member joins or hands
+		// partitions over, and Admin.Redrive after a redrive.
+		groupSignal(a, "t", "g").notify()
 		select {
 		case <-woken:
 		case <-time.After(5 * time.Second * testwait.Slack):

@@ -22,17 +22,6 @@ import (
 
 const slowPoll = time.Minute
 
-// secondInstance opens another handle on db's database.
-func secondInstance(t testing.TB, db *store.DB) *store.DB {
-	t.Helper()
-	other, err := store.Open(context.Background(), store.Options{Path: db.Path()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = other.Close() })
-	return other
-}
-
 // listening waits until db's listening connection has been established
 // (times times): broadcasts made before it are not heard.
 func listening(t testing.TB, db *store.DB, times int64) {
@@ -49,7 +38,7 @@ func TestWakeOtherInstances(t *testing.T) {
 		t.Parallel()
 		storetest.PostgresOnly(t, pgOnly)
 		a := storetest.New(t)
-		b := secondInstance(t, a)
+		b := openHandle(t, a)
 		qa, qb := queue.New(queue.NewOpts{DB: a, Name: "q"}), queue.New(queue.NewOpts{DB: b, Name: "q"})
 		got := make(chan string, 10)
 		start(t, qb, queue.WorkerOpts{PollInterval: slowPoll, Handler: func(ctx context.Context, m queue.Message) error {
@@ -77,7 +66,7 @@ func TestWakeOtherInstances(t *testing.T) {
 		t.Parallel()
 		storetest.PostgresOnly(t, pgOnly)
 		a := storetest.New(t)
-		b := secondInstance(t, a)
+		b := openHandle(t, a)
 		ta, tb := newTopic(t, a, "t", 6), newTopic(t, b, "t", 6)
 		var handled atomic.Int64
 		subscribe(t, tb, queue.SubscribeOpts{Group: "g", PollInterval: slowPoll, Handler: func(ctx context.Context, tx *sql.Tx, r queue.Record) error {
@@ -101,7 +90,7 @@ func TestWakeOtherInstances(t *testing.T) {
 		t.Parallel()
 		storetest.PostgresOnly(t, pgOnly)
 		a := storetest.New(t)
-		b := secondInstance(t, a)
+		b := openHandle(t, a)
 		qa, qb := queue.New(queue.NewOpts{DB: a, Name: "q"}), queue.New(queue.NewOpts{DB: b, Name: "q"})
 		var handled atomic.Int64
 		start(t, qb, queue.WorkerOpts{PollInterval: slowPoll, Handler: func(ctx context.Context, m queue.Message) error {
@@ -137,12 +126,39 @@ func TestWakeOtherInstances(t *testing.T) {
 			func() string { return fmt.Sprintf("%d handled", handled.Load()) })
 	})
 
+	t.Run("members in two instances balance and hand over through the group's broadcast, without a poll or a renewal", func(t *testing.T) {
+		t.Parallel()
+		storetest.PostgresOnly(t, pgOnly)
+		a := storetest.New(t)
+		b := openHandle(t, a)
+		ta, tb := newTopic(t, a, "t", 6), newTopic(t, b, "t", 6)
+		listening(t, a, 1)
+		listening(t, b, 1)
+		// Polls and renewals are far apart: only the wake-ups can move the
+		// partitions within the test's deadlines.
+		noop := func(ctx context.Context, tx *sql.Tx, r queue.Record) error { return nil }
+		opts := queue.SubscribeOpts{Group: "g", Handler: noop, LeaseTTL: time.Minute, PollInterval: time.Hour}
+		ia := &instance{db: a, sub: subscribe(t, ta, opts)}
+		testwait.Until(t, 5*time.Second, "the first instance owns every partition", func() bool { return balancedAmong(t, a, ia) },
+			describeOwnership(t, a))
+		ib := &instance{db: b, sub: subscribe(t, tb, opts)}
+		testwait.Until(t, 5*time.Second, "three partitions each", func() bool { return balancedAmong(t, a, ia, ib) },
+			describeOwnership(t, a))
+		stopped := time.Now()
+		if err := ia.sub.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		testwait.Until(t, 5*time.Second, "the second instance owns every partition", func() bool { return balancedAmong(t, a, ib) },
+			describeOwnership(t, a))
+		t.Logf("the other instance took over %s after the stop (lease %s)", time.Since(stopped).Round(time.Millisecond), opts.LeaseTTL)
+	})
+
 	t.Run("a burst of 10,000 sends wakes the other instance with far fewer notifications", func(t *testing.T) {
 		t.Parallel()
 		storetest.PostgresOnly(t, pgOnly)
 		const sends, senders = 10_000, 16
 		a := storetest.New(t)
-		b := secondInstance(t, a)
+		b := openHandle(t, a)
 		qa, qb := queue.New(queue.NewOpts{DB: a, Name: "q"}), queue.New(queue.NewOpts{DB: b, Name: "q"})
 		var handled atomic.Int64
 		start(t, qb, queue.WorkerOpts{Concurrency: 64, PollInterval: slowPoll, Handler: func(ctx context.Context, m queue.Message) error {
@@ -184,7 +200,7 @@ func TestWakeOtherInstances(t *testing.T) {
 		t.Parallel()
 		storetest.PostgresOnly(t, pgOnly)
 		a := storetest.New(t)
-		b := secondInstance(t, a)
+		b := openHandle(t, a)
 		qa, qb := queue.New(queue.NewOpts{DB: a, Name: "q"}), queue.New(queue.NewOpts{DB: b, Name: "q"})
 		var fail atomic.Bool
 		fail.Store(true)
