@@ -70,6 +70,8 @@ type SubscribeOpts struct {
 	// PollInterval is how often the subscriber looks for records published
 	// by other processes, and at the group's leases: a partition freed or a
 	// member joined in another process is noticed within it (default 500 ms).
+	// On PostgreSQL those are also broadcast (notify.go), so the poll is the
+	// fallback for a missed broadcast; on SQLite it is how they are found.
 	PollInterval time.Duration
 	// LeaseTTL is how long a subscriber's member lease and partitions stay
 	// its own without renewal (default 30 s; renewed every third of it): a
