@@ -128,31 +128,31 @@ func describeOwnership(t *testing.T, db *store.DB) func() string {
 	}
 }
 
+// threeBalanced starts three instances of a group on a new database's
+// 6-partition topic "t" and waits until they own two partitions each.
+func threeBalanced(t *testing.T, ttl time.Duration, handler queue.RecordHandlerFunc) (db *store.DB, a, b, c *instance) {
+	t.Helper()
+	db = storetest.New(t)
+	newTopic(t, db, "t", 6)
+	a, b, c = startInstance(t, db, ttl, handler), startInstance(t, db, ttl, handler), startInstance(t, db, ttl, handler)
+	testwait.Until(t, 10*time.Second, "two partitions for each instance", func() bool { return balancedAmong(t, db, a, b, c) },
+		describeOwnership(t, db))
+	return db, a, b, c
+}
+
 func TestGroupInstances(t *testing.T) {
 	t.Parallel()
 	noop := func(ctx context.Context, tx *sql.Tx, r queue.Record) error { return nil }
 
 	t.Run("six partitions over three instances are shared two each", func(t *testing.T) {
 		t.Parallel()
-		db := storetest.New(t)
-		newTopic(t, db, "t", 6)
-		a := startInstance(t, db, 30*time.Second, noop)
-		b := startInstance(t, db, 30*time.Second, noop)
-		c := startInstance(t, db, 30*time.Second, noop)
-		testwait.Until(t, 10*time.Second, "two partitions for each instance", func() bool { return balancedAmong(t, db, a, b, c) },
-			describeOwnership(t, db))
+		threeBalanced(t, 30*time.Second, noop) // fails unless they settle on two each
 	})
 
 	t.Run("an instance that stops hands its partitions to the others at once, long before its lease would expire", func(t *testing.T) {
 		t.Parallel()
 		const ttl = 30 * time.Second
-		db := storetest.New(t)
-		newTopic(t, db, "t", 6)
-		a := startInstance(t, db, ttl, noop)
-		b := startInstance(t, db, ttl, noop)
-		c := startInstance(t, db, ttl, noop)
-		testwait.Until(t, 10*time.Second, "two partitions for each instance", func() bool { return balancedAmong(t, db, a, b, c) },
-			describeOwnership(t, db))
+		db, a, b, c := threeBalanced(t, ttl, noop)
 		stopped := time.Now()
 		if err := a.sub.Stop(t.Context()); err != nil {
 			t.Fatal(err)
@@ -189,13 +189,7 @@ func TestGroupInstances(t *testing.T) {
 	t.Run("an instance that dies loses its partitions to the survivors within the lease", func(t *testing.T) {
 		t.Parallel()
 		const ttl = 3 * time.Second
-		db := storetest.New(t)
-		newTopic(t, db, "t", 6)
-		a := startInstance(t, db, ttl, noop)
-		b := startInstance(t, db, ttl, noop)
-		c := startInstance(t, db, ttl, noop)
-		testwait.Until(t, 10*time.Second, "two partitions for each instance", func() bool { return balancedAmong(t, db, a, b, c) },
-			describeOwnership(t, db))
+		db, a, b, c := threeBalanced(t, ttl, noop)
 		killed := time.Now()
 		a.kill(t)
 		testwait.Until(t, ttl+2*time.Second, "three partitions for each survivor", func() bool { return balancedAmong(t, db, b, c) },

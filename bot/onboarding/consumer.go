@@ -24,18 +24,23 @@ import (
 // stands by meanwhile and takes over within a second of a release (a
 // graceful stop), or within LeaseTTL of a holder's death.
 func (o *Bot) runConsumer(ctx context.Context) {
-	lease := store.LeaseOpts{
-		Name:   OutboxLeaseName,
-		Owner:  o.owner,
-		TTL:    LeaseTTL,
-		Logger: o.log.With(slog.String("role", "consumer")),
-	}
-	_ = o.db.RunExclusive(ctx, lease, func(held context.Context, _ store.Lease) error {
+	o.whileHeld(ctx, OutboxLeaseName, "consumer", func(held context.Context) {
 		o.flight.Lock()
 		defer o.flight.Unlock()
 		for held.Err() == nil {
 			o.consume(held, true, nil)
 		}
+	})
+}
+
+// whileHeld runs work whenever this process holds the lease name (renewed
+// in the background, released when work returns or ctx ends), standing by
+// while another process holds it, until ctx ends. work must return soon
+// after its context (the lease's) ends.
+func (o *Bot) whileHeld(ctx context.Context, name, role string, work func(held context.Context)) {
+	lease := store.LeaseOpts{Name: name, Owner: o.owner, TTL: LeaseTTL, Logger: o.log.With(slog.String("role", role))}
+	_ = o.db.RunExclusive(ctx, lease, func(held context.Context, _ store.Lease) error {
+		work(held)
 		return nil
 	})
 }

@@ -222,17 +222,10 @@ func (o *Bot) handleWebhook(w http.ResponseWriter, r *http.Request) error {
 // release, or within LeaseTTL of the holder's death; the new holder points
 // Telegram at its way of delivering updates again (prepareUpdates), once.
 func (o *Bot) runUpdates(ctx context.Context) {
-	lease := store.LeaseOpts{
-		Name:   UpdatesLeaseName,
-		Owner:  o.owner,
-		TTL:    LeaseTTL,
-		Logger: o.log.With(slog.String("role", "updates")),
-	}
-	_ = o.db.RunExclusive(ctx, lease, func(held context.Context, _ store.Lease) error {
+	o.whileHeld(ctx, UpdatesLeaseName, "updates", func(held context.Context) {
 		for held.Err() == nil {
 			o.handleUpdates(held)
 		}
-		return nil
 	})
 }
 
