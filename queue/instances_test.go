@@ -149,6 +149,23 @@ func TestGroupInstances(t *testing.T) {
 		threeBalanced(t, 30*time.Second, noop) // fails unless they settle on two each
 	})
 
+	t.Run("a partition a dead member's share keeps free is taken by a live one within a third of the lease", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		topic := newTopic(t, db, "t", 2)
+		// A member that joined and died before it took its share: its
+		// member lease lives for minutes, and with it its share of one.
+		const ghost = "sub/ghost"
+		if ok, err := db.AcquireLease(t.Context(), "queue.member/t/g/"+ghost, ghost, 5*time.Minute); err != nil || !ok {
+			t.Fatalf("take the ghost's member lease: %v, %v", ok, err)
+		}
+		live := &instance{sub: subscribe(t, topic, queue.SubscribeOpts{Group: "g", Handler: noop, LeaseTTL: 3 * time.Second})}
+		testwait.Until(t, 10*time.Second, "the live member owns both partitions", func() bool {
+			_, held := ownership(t, db)
+			return held[live.sub.Owner()] == 2
+		}, describeOwnership(t, db))
+	})
+
 	t.Run("an instance that stops hands its partitions to the others at once, long before its lease would expire", func(t *testing.T) {
 		t.Parallel()
 		const ttl = 30 * time.Second

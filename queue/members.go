@@ -260,7 +260,36 @@ func (s *Subscription) rebalance(ctx context.Context) {
 			held++
 		}
 	}
+	s.takeForgotten(ctx, v)
 	s.releaseIdle(ctx)
+}
+
+// takeForgotten takes, whatever this subscriber's share, a partition that
+// its looks have found free for a third of the lease TTL: the member whose
+// share it is has not taken it (a member that died holding no partition
+// still counts until its member lease expires, and so keeps a share nobody
+// takes). No partition stays unowned for long; if the partition is another
+// member's share, the usual hand-over gives it to that member once it asks.
+func (s *Subscription) takeForgotten(ctx context.Context, v groupView) {
+	if len(s.freeSince) != len(s.parts) {
+		s.freeSince = make([]time.Time, len(s.parts))
+	}
+	for _, p := range s.parts {
+		if p.owned || v.owner[p.id] != "" {
+			s.freeSince[p.id] = time.Time{}
+			continue
+		}
+		since := s.freeSince[p.id]
+		if since.IsZero() {
+			s.freeSince[p.id] = v.now
+			continue
+		}
+		if v.now.Sub(since) >= s.opts.LeaseTTL/3 && !p.busy && s.take(ctx, p) {
+			s.log.Warn("queue partition taken beyond this member's share: it was free for a third of the lease",
+				slog.Int("partition", p.id), slog.Duration("free_for", v.now.Sub(since)))
+			s.freeSince[p.id] = time.Time{}
+		}
+	}
 }
 
 // take takes partition p's lease if it is free and loads the partition.

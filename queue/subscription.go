@@ -106,6 +106,9 @@ type Subscription struct {
 	// Owned by the loop goroutine.
 	parts    []*partState
 	joined   bool // the member lease was taken once
+	// freeSince is, by partition, since when this subscriber's looks have
+	// found it free; zero while it is held (see rebalance).
+	freeSince []time.Time
 	inflight int
 	next     int       // partition to look at first, for fairness
 	nextDue  time.Time // earliest retry of a held-back record
