@@ -104,14 +104,14 @@ type Subscription struct {
 	results chan chunkResult
 
 	// Owned by the loop goroutine.
-	parts    []*partState
-	joined   bool // the member lease was taken once
+	parts  []*partState
+	joined bool // the member lease was taken once
 	// freeSince is, by partition, since when this subscriber's looks have
 	// found it free; zero while it is held (see rebalance).
 	freeSince []time.Time
-	inflight int
-	next     int       // partition to look at first, for fairness
-	nextDue  time.Time // earliest retry of a held-back record
+	inflight  int
+	next      int       // partition to look at first, for fairness
+	nextDue   time.Time // earliest retry of a held-back record
 }
 
 // partState is what the subscriber holds of an owned partition: its
