@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"switchyard/loadtest"
@@ -31,9 +33,24 @@ type loadtestArgs struct {
 	db   string
 	opts loadtest.Opts
 	// duration is --duration, nil when unset: then the run is bounded by
-	// --count when set, else by defaultLoadDuration.
+	// --count when set, else by defaultLoadDuration (defaultSoakDuration
+	// with --soak).
 	duration *time.Duration
+	// soak is --soak; reportEvery --report-every, nil when unset (then
+	// defaultSoakInterval with --soak, else no rows); users --users; json
+	// --json, the file the rows go to.
+	soak        bool
+	reportEvery *time.Duration
+	users       int
+	json        string
 }
+
+// A soak lasts defaultSoakDuration and reports every defaultSoakInterval
+// unless told otherwise.
+const (
+	defaultSoakDuration = 30 * time.Minute
+	defaultSoakInterval = time.Minute
+)
 
 func (a *loadtestArgs) options() []option {
 	o := &a.opts
@@ -53,8 +70,27 @@ func (a *loadtestArgs) options() []option {
 		{"concurrency", "", "0", "connections per path (0: 64 for webhooks, 16 otherwise)", setCount(&o.Concurrency, 0, "a number of connections, 0 or more")},
 		{"consume", "", "true", "drain the outbox through /bot/events/pending + ack and time emit → ack (run the instance with --roles that leave out bot)", setBool(&o.Consume)},
 		{"drain", "", "30s", "how long to wait after the load for consumers to catch up", setDuration(&o.Drain)},
-		{"db", "", "", "the instance's database (its SQLite file or postgres:// URL), to read generated secrets from when the environment has none", setString(&a.db)},
+		{"db", "", "", "the instance's database (its SQLite file or postgres:// URL), to read generated secrets from when the environment has none; a row reads the file's size (and its -wal's) when /metrics has no store gauges", setString(&a.db)},
+		{"soak", "", "false", "a soak: a fixed --rate on a bounded key space (--users, --chats) for --duration (default 30m), a row every --report-every (default 1m), and at the end a count of every accepted request's effect; the exit status is 1 when anything was lost or doubled", setBool(&a.soak)},
+		{"report-every", "", "", "close a row of per-path throughput, p99 and accepted → handled lag, RSS, database and WAL size this often, e.g. 1m (unset: 1m with --soak, else none)", a.setReportEvery},
+		{"users", "", "1000", "Telegram users the outbox events name, and with --soak the identity users the topic path cycles through, each publish a user's next version", setCount(&a.users, 1, "a number of users, 1 or more")},
+		{"chats", "", "50", "customers whose webhooks the business inbox gets, each its own thread (with --soak at most 400)", setCount(&o.Customers, 1, "a number of chats, 1 or more")},
+		{"json", "", "", "also write each row, and with --soak the final count, to this file as a line of JSON", setString(&a.json)},
+		{"pid", "", "0", "the instance's process id, whose VmRSS a row reads when /metrics has no process_resident_memory_bytes", setCount(&o.PID, 0, "a process id, or 0")},
 	}
+}
+
+func (a *loadtestArgs) setReportEvery(v string) error {
+	if v == "" {
+		a.reportEvery = nil
+		return nil
+	}
+	var d time.Duration
+	if err := setPositiveDuration(&d, "1m")(v); err != nil {
+		return err
+	}
+	a.reportEvery = &d
+	return nil
 }
 
 func (a *loadtestArgs) setDuration(v string) error {
@@ -77,23 +113,147 @@ func loadtestCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := parseOptions("loadtest", a.options(), args, getenv, stdout); err != nil {
 		return err
 	}
-	opts := a.opts
-	switch {
-	case a.duration != nil:
-		opts.Duration = *a.duration
-	case opts.Count == 0:
-		opts.Duration = defaultLoadDuration
+	opts, err := a.runOpts()
+	if err != nil {
+		return err
 	}
 	if err := a.secrets(ctx, &opts); err != nil {
 		return err
 	}
 	opts.BaseURLs, opts.Progress = a.urls, stderr
+	rows, err := newRowWriter(a.json, stdout, opts.Paths)
+	if err != nil {
+		return err
+	}
+	opts.OnInterval = rows.interval
 	rep, err := loadtest.Run(ctx, opts)
 	rep.Print(stdout)
+	if rep.Tally != nil {
+		rows.tally(*rep.Tally)
+	}
+	if werr := rows.close(); werr != nil && err == nil {
+		err = werr
+	}
 	if errors.Is(err, context.Canceled) {
 		return nil // Ctrl-C: the report of what ran is the answer
 	}
+	if err == nil && rep.Tally != nil && (rep.Tally.Lost() > 0 || rep.Tally.Doubled() > 0 || !rep.Tally.Drained) {
+		return fmt.Errorf("soak: %d lost, %d doubled, drained %v", rep.Tally.Lost(), rep.Tally.Doubled(), rep.Tally.Drained)
+	}
 	return err
+}
+
+// runOpts are the load's options from the flags: a soak's defaults, and
+// what it refuses.
+func (a *loadtestArgs) runOpts() (loadtest.Opts, error) {
+	opts := a.opts
+	opts.OutboxUsers, opts.Database = a.users, a.db
+	switch {
+	case a.duration != nil:
+		opts.Duration = *a.duration
+	case a.soak:
+		opts.Duration = defaultSoakDuration
+	case opts.Count == 0:
+		opts.Duration = defaultLoadDuration
+	}
+	switch {
+	case a.reportEvery != nil:
+		opts.ReportEvery = *a.reportEvery
+	case a.soak:
+		opts.ReportEvery = defaultSoakInterval
+	}
+	if !a.soak {
+		return opts, nil
+	}
+	// A soak's load is bounded in its keys as retention bounds what each
+	// request leaves behind, so that the database can level off.
+	opts.TopicUsers, opts.Tally = a.users, true
+	switch {
+	case opts.Rate == 0:
+		return opts, usageError{errors.New("--soak runs at a fixed rate: set --rate, e.g. 500")}
+	case !opts.Consume && slices.Contains(opts.Paths, loadtest.PathOutbox):
+		return opts, usageError{errors.New("--soak counts the outbox through its own consumer: it needs --consume")}
+	case opts.Customers > loadtest.MaxTallyCustomers:
+		return opts, usageError{fmt.Errorf("--soak counts every chat's messages from one page of threads: at most %d --chats", loadtest.MaxTallyCustomers)}
+	}
+	return opts, nil
+}
+
+// rowWriter prints a run's rows as they close, as a table on stdout and
+// with --json as lines of JSON in a file.
+type rowWriter struct {
+	out   io.Writer
+	paths []loadtest.Path
+	file  *os.File
+	n     int
+	err   error // the first write to the file that failed
+}
+
+func newRowWriter(path string, out io.Writer, paths []loadtest.Path) (*rowWriter, error) {
+	if len(paths) == 0 {
+		paths = loadtest.AllPaths
+	}
+	w := &rowWriter{out: out, paths: paths}
+	if path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return nil, fmt.Errorf("--json: %w", err)
+		}
+		w.file = f
+	}
+	return w, nil
+}
+
+// rowLine and tallyLine are the lines of the --json file: each row as it
+// closes, then the soak's count.
+type (
+	rowLine struct {
+		Kind string `json:"kind"` // "interval"
+		loadtest.Interval
+	}
+	tallyLine struct {
+		Kind string `json:"kind"` // "tally"
+		loadtest.Tally
+		Lost    int64 `json:"lost"`
+		Doubled int64 `json:"doubled"`
+	}
+)
+
+func (w *rowWriter) interval(r loadtest.Interval) {
+	if w.n == 0 {
+		fmt.Fprintln(w.out)
+		loadtest.PrintIntervalHeader(w.out, w.paths)
+	}
+	w.n++
+	r.Print(w.out)
+	w.line(rowLine{Kind: "interval", Interval: r})
+}
+
+func (w *rowWriter) tally(t loadtest.Tally) {
+	w.line(tallyLine{Kind: "tally", Tally: t, Lost: t.Lost(), Doubled: t.Doubled()})
+}
+
+func (w *rowWriter) line(v any) {
+	if w.file == nil || w.err != nil {
+		return
+	}
+	raw, err := json.Marshal(v)
+	if err == nil {
+		_, err = w.file.Write(append(raw, '\n'))
+	}
+	if err != nil {
+		w.err = fmt.Errorf("--json: %w", err)
+	}
+}
+
+// close closes the file, and returns the first write or close that failed.
+func (w *rowWriter) close() error {
+	if w.file != nil {
+		if err := w.file.Close(); err != nil && w.err == nil {
+			w.err = fmt.Errorf("--json: %w", err)
+		}
+	}
+	return w.err
 }
 
 // secrets sets opts' secrets from the environment, or else from --db.

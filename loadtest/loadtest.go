@@ -4,6 +4,13 @@
 // p50/p95/p99 latency and errors, and for consumers the delay from an accepted
 // request to its effect being visible (accepted → handled).
 //
+// A soak (Opts.ReportEvery, Opts.TopicUsers, Opts.Tally) runs a fixed rate
+// for a long time over a bounded key space and closes an Interval row every
+// ReportEvery — per path the throughput, p99 and accepted → handled lag of
+// that interval, and the instance's RSS, database and WAL size — and at the
+// end counts, through the public APIs, that every accepted request took
+// effect once (Tally).
+//
 // It drives one instance or several instances of one deployment, each
 // request to the next in turn (RoundRobin), as a load balancer would. It is
 // the engine of `switchyard loadtest` and of the crash and fleet suites,
@@ -112,9 +119,16 @@ type Opts struct {
 	Consume bool
 	// Customers is how many Telegram customers write to the business inbox
 	// (default 50); OutboxUsers how many Telegram users outbox events name
-	// (default 1000). Identity events upsert a new user per request.
+	// (default 1000). Identity events upsert a new user per request, unless
+	// TopicUsers bounds them.
 	Customers   int
 	OutboxUsers int
+	// TopicUsers, when above zero, has the topic path cycle through that
+	// many identity users of the run, each publish the user's next version
+	// (SoakTopicPlan), instead of a new user per request (TopicPlan): with
+	// every path on a bounded key space, what stays in the database is
+	// bounded by retention, so a soak can see its size level off.
+	TopicUsers int
 	// BusinessConnection is the Telegram Business connection customers
 	// write through (default BusinessConnectionID): a test whose fake Bot
 	// API has a connection passes its id, so that replies to the customers
@@ -125,6 +139,22 @@ type Opts struct {
 	Drain time.Duration
 	// RunID makes this run's ids unique (default: the start time).
 	RunID int64
+
+	// ReportEvery, when above zero, closes an Interval every ReportEvery
+	// while the load runs, and one for the rest when it ends (Report.Intervals).
+	ReportEvery time.Duration
+	// OnInterval gets each Interval as it closes, from one goroutine.
+	OnInterval func(Interval)
+	// PID is the instance's process, whose VmRSS an Interval reads when
+	// /metrics has no process_resident_memory_bytes (0: none). Database is
+	// its --db: a SQLite file whose size (and its -wal's) an Interval reads
+	// when /metrics has no store gauges ("" or a postgres:// URL: none).
+	PID      int
+	Database string
+	// Tally counts, after the drain, the effect of every accepted request
+	// through the operators' APIs (Report.Tally, see Tally). It needs
+	// Consume for the outbox path, and at most MaxTallyCustomers customers.
+	Tally bool
 
 	// Progress gets a line a second while the run lasts; nil is silent.
 	Progress io.Writer
@@ -140,6 +170,10 @@ type Opts struct {
 type Report struct {
 	Elapsed time.Duration
 	Paths   []PathReport
+	// Intervals are the rows of Opts.ReportEvery, in order.
+	Intervals []Interval
+	// Tally is the count of effects (Opts.Tally), nil without it.
+	Tally *Tally
 }
 
 // PathReport is one path's figures.
@@ -181,6 +215,9 @@ type recorder struct {
 	errors   map[string]int64
 	lat      []time.Duration
 	e2e      []time.Duration
+	// cut is where the open interval began: the lengths of lat and e2e and
+	// the errors counted by then.
+	cut struct{ lat, e2e int; errors int64 }
 }
 
 func newRecorder(p Path) *recorder { return &recorder{path: p, errors: map[string]int64{}} }
@@ -202,6 +239,23 @@ func (r *recorder) handled(d time.Duration) {
 	r.mu.Lock()
 	r.e2e = append(r.e2e, d)
 	r.mu.Unlock()
+}
+
+// interval closes the open interval at now, which began at since: its
+// figures, and a new one begins.
+func (r *recorder) interval(since, now time.Time) IntervalPath {
+	r.mu.Lock()
+	lat, e2e := slices.Clone(r.lat[r.cut.lat:]), slices.Clone(r.e2e[r.cut.e2e:])
+	nerr := r.errorCount()
+	errs := nerr - r.cut.errors
+	r.cut.lat, r.cut.e2e, r.cut.errors = len(r.lat), len(r.e2e), nerr
+	r.mu.Unlock()
+	l, e := summarize(lat), summarize(e2e)
+	return IntervalPath{
+		Path: r.path, Accepted: int64(len(lat)), Errors: errs,
+		PerSecond: float64(len(lat)) / now.Sub(since).Seconds(),
+		P99:       millis(l.P99), Handled: e.Count, HandledP99: millis(e.P99),
+	}
 }
 
 func (r *recorder) report(elapsed time.Duration) PathReport {
@@ -230,6 +284,11 @@ type generator interface {
 	background(ctx context.Context, rec *recorder)
 	// drained reports whether everything accepted was handled.
 	drained(ctx context.Context) bool
+	// waiting is when the oldest accepted request whose effect is timed
+	// (an outbox event, a probe) was accepted, zero when none waits.
+	waiting() time.Time
+	// tally counts what the path's accepted requests did (Opts.Tally).
+	tally(ctx context.Context, t *Tally) error
 }
 
 // statusError is a non-2xx answer.
@@ -300,6 +359,14 @@ func Run(ctx context.Context, opts Opts) (Report, error) {
 	if slices.Contains(opts.Paths, PathOutbox) && opts.Consume && opts.BotSecret == "" {
 		return Report{}, errors.New("loadtest: the outbox consumer needs BOT_TO_BACKEND_SECRET")
 	}
+	if opts.Tally && slices.Contains(opts.Paths, PathOutbox) && !opts.Consume {
+		return Report{}, errors.New("loadtest: the tally counts the outbox through its own consumer: it needs Consume")
+	}
+	if opts.Tally && slices.Contains(opts.Paths, PathWebhook) && opts.Customers > MaxTallyCustomers {
+		return Report{}, fmt.Errorf("loadtest: the tally reads every customer's thread from one page of threads: at most %d customers", MaxTallyCustomers)
+	}
+	// Resources are read from the first instance, past the balancer.
+	res := sampler{hc: opts.Client, base: opts.BaseURL, pid: opts.PID, db: opts.Database}
 
 	api := &client{base: opts.BaseURL, admin: opts.AdminToken, http: opts.Client}
 	gens := map[Path]generator{}
@@ -338,19 +405,24 @@ func Run(ctx context.Context, opts Opts) (Report, error) {
 	}
 	progressDone := make(chan struct{})
 	go progress(loadCtx, opts, recs, start, progressDone)
+	rows := &intervals{opts: opts, recs: recs, gens: gens, res: res, start: start, last: start}
+	rowsDone := make(chan struct{})
+	go rows.run(loadCtx, rowsDone)
 
 	load.Wait()
 	stopLoad()
 	<-progressDone
+	<-rowsDone
 	elapsed := time.Since(start)
+	rows.close(ctx) // the rest, once every request has its answer
 
 	// Let the consumers catch up, so end-to-end figures include the tail.
 	deadline, cancelDrain := context.WithTimeout(ctx, opts.Drain)
+	drained := map[Path]bool{}
 	for _, p := range opts.Paths {
-		for !gens[p].drained(deadline) && deadline.Err() == nil {
-			select {
-			case <-deadline.Done():
-			case <-time.After(100 * time.Millisecond):
+		for !drained[p] && deadline.Err() == nil {
+			if drained[p] = gens[p].drained(deadline); !drained[p] {
+				sleep(deadline, 100*time.Millisecond)
 			}
 		}
 	}
@@ -358,9 +430,19 @@ func Run(ctx context.Context, opts Opts) (Report, error) {
 	stopBG()
 	bg.Wait()
 
-	rep := Report{Elapsed: elapsed}
+	rep := Report{Elapsed: elapsed, Intervals: rows.rows}
 	for _, p := range opts.Paths {
 		rep.Paths = append(rep.Paths, recs[p].report(elapsed))
+	}
+	if opts.Tally && ctx.Err() == nil {
+		t := &Tally{Drained: true}
+		for _, p := range opts.Paths {
+			t.Drained = t.Drained && drained[p]
+			if err := gens[p].tally(ctx, t); err != nil {
+				return rep, fmt.Errorf("loadtest: tally %s: %w", p, err)
+			}
+		}
+		rep.Tally = t
 	}
 	return rep, ctx.Err()
 }
@@ -466,6 +548,9 @@ func (r Report) Print(w io.Writer) {
 			continue
 		}
 		fmt.Fprintf(w, "%-8s %6d measured  p50 %s  p95 %s  p99 %s  max %s\n", p.Path, e.Count, ms(e.P50), ms(e.P95), ms(e.P99), ms(e.Max))
+	}
+	if r.Tally != nil {
+		r.Tally.Print(w)
 	}
 }
 

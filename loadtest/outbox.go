@@ -28,6 +28,15 @@ type outboxGen struct {
 
 	mu      sync.Mutex
 	emitted map[contract.EventID]time.Time // accepted, not yet acknowledged by the consumer
+	// early are events acknowledged before their emit's answer came back
+	// (the consumer can be that quick), or that this run did not emit, by
+	// when they were acknowledged; acked is every event acknowledged, and
+	// repeated counts deliveries of one of them.
+	early    map[contract.EventID]time.Time
+	acked    idSet
+	rec      *recorder // set by background before its first ack
+	ours     int64 // the run's events acknowledged
+	repeated int64
 }
 
 // PartnerName is the partner event n of a run announces; the onboarding
@@ -41,13 +50,14 @@ func newOutboxGen(api *client, opts Opts) *outboxGen {
 	return &outboxGen{
 		api: api, runID: opts.RunID, users: int64(opts.OutboxUsers), consume: opts.Consume,
 		backend: onboarding.NewBackendClient(opts.BaseURL, opts.BotSecret, opts.Client),
-		emitted: map[contract.EventID]time.Time{},
+		emitted: map[contract.EventID]time.Time{}, early: map[contract.EventID]time.Time{},
 	}
 }
 
 func (g *outboxGen) prepare(context.Context) error { return nil }
 
 func (g *outboxGen) send(ctx context.Context, n int64) (Item, error) {
+	sent := time.Now()
 	tg := OutboxTelegramID(n % g.users)
 	payload, _ := json.Marshal(contract.NewPartnerPayload{PartnerUID: contract.UID(n), PartnerName: PartnerName(g.runID, n)})
 	var out backend.EmitResponse
@@ -59,7 +69,13 @@ func (g *outboxGen) send(ctx context.Context, n int64) (Item, error) {
 	}
 	if g.consume {
 		g.mu.Lock()
-		g.emitted[out.ID] = time.Now()
+		if at, ok := g.early[out.ID]; ok {
+			delete(g.early, out.ID)
+			g.ours++
+			g.rec.handled(max(at.Sub(sent), 0))
+		} else {
+			g.emitted[out.ID] = time.Now()
+		}
 		g.mu.Unlock()
 	}
 	id := strconv.FormatInt(int64(out.ID), 10)
@@ -67,11 +83,17 @@ func (g *outboxGen) send(ctx context.Context, n int64) (Item, error) {
 }
 
 // background is the consumer: it acknowledges every pending event and
-// times emit → acknowledged for the ones this run emitted.
+// times emit → acknowledged for the ones this run emitted. An ack whose
+// answer is lost is sent again until it is answered (acknowledging an event
+// twice changes nothing), so that no event the server recorded as processed
+// is thought undelivered.
 func (g *outboxGen) background(ctx context.Context, rec *recorder) {
 	if !g.consume {
 		return
 	}
+	g.mu.Lock()
+	g.rec = rec
+	g.mu.Unlock()
 	for ctx.Err() == nil {
 		events, err := g.backend.Pending(ctx, contract.BOT_OUTBOX_MAX_PENDING_LIMIT, 2*time.Second)
 		if err != nil {
@@ -82,21 +104,52 @@ func (g *outboxGen) background(ctx context.Context, rec *recorder) {
 			continue
 		}
 		ids := make([]contract.EventID, 0, len(events))
+		g.mu.Lock()
 		for _, e := range events {
+			if g.acked.has(int64(e.ID)) {
+				g.repeated++
+			}
 			ids = append(ids, e.ID)
 		}
-		if _, err := g.backend.Ack(ctx, contract.AckRequest{ProcessedIDs: ids, RetryIDs: []contract.EventID{}}); err != nil {
-			continue
+		g.mu.Unlock()
+		for {
+			_, err := g.backend.Ack(ctx, contract.AckRequest{ProcessedIDs: ids, RetryIDs: []contract.EventID{}})
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			sleep(ctx, 100*time.Millisecond)
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		now := time.Now()
 		g.mu.Lock()
 		for _, id := range ids {
+			g.acked.add(int64(id))
 			if at, ok := g.emitted[id]; ok {
 				rec.handled(now.Sub(at))
 				delete(g.emitted, id)
+				g.ours++
+			} else {
+				g.early[id] = now
 			}
 		}
+		g.forgetForeign(now)
 		g.mu.Unlock()
+	}
+}
+
+// forgetForeign drops, once there are many, the events acknowledged over a
+// minute ago that no emit of the run has claimed: they are somebody
+// else's. g.mu is held.
+func (g *outboxGen) forgetForeign(now time.Time) {
+	if len(g.early) < 1024 {
+		return
+	}
+	for id, at := range g.early {
+		if now.Sub(at) > time.Minute {
+			delete(g.early, id)
+		}
 	}
 }
 
@@ -104,4 +157,29 @@ func (g *outboxGen) drained(context.Context) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.emitted) == 0
+}
+
+func (g *outboxGen) waiting() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var oldest time.Time
+	for _, at := range g.emitted {
+		if oldest.IsZero() || at.Before(oldest) {
+			oldest = at
+		}
+	}
+	return oldest
+}
+
+// tally: every emit answered 201 was delivered to the consumer and
+// acknowledged, and nothing was delivered after its acknowledgement (see
+// OutboxTally).
+func (g *outboxGen) tally(_ context.Context, t *Tally) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t.Outbox = &OutboxTally{
+		Emitted: g.ours + int64(len(g.emitted)), Acknowledged: g.ours,
+		Missing: int64(len(g.emitted)), Repeated: g.repeated,
+	}
+	return nil
 }

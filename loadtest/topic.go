@@ -4,13 +4,19 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 )
 
-// IdentityTopic is the topic identity events are published to.
-const IdentityTopic = "pin.identity.users.v1"
+// IdentityTopic is the topic identity events are published to, and
+// referralGroup the referral consumer's group on it.
+const (
+	IdentityTopic = "pin.identity.users.v1"
+	referralGroup = "referral-identity-users"
+)
 
 // topicGen publishes pin.identity.user-upserted events as TopicPlan says,
 // so the referral consumer writes replicas and bonds.
@@ -18,10 +24,19 @@ type topicGen struct {
 	api    *client
 	runID  int64
 	probes chan probe
+	// users is Opts.TopicUsers: above zero, the run follows SoakTopicPlan,
+	// and newest holds each user's newest version answered 202.
+	users     int
+	newest    []atomic.Int64
+	published atomic.Int64
+
+	mu      sync.Mutex
+	probeAt time.Time // the probe being timed was accepted then; zero: none
 }
 
 type probe struct {
 	user     string
+	version  int64
 	accepted time.Time
 }
 
@@ -92,8 +107,31 @@ func TopicPlan(runID, n int64) TopicRequest {
 	return r
 }
 
+// SoakTopicPlan is request n of a soak's topic path over users identity
+// users: user (n-1) mod users of the run, at its next version, (n-1)/users
+// + 1, every snapshot through the run's first link. The first one the
+// consumer applies bonds the user through the link; the later ones find it
+// not first-seen and only update the replica. The key space is bounded: a
+// replica, a bond and a registration per user, whatever the duration.
+func SoakTopicPlan(runID, n int64, users int) TopicRequest {
+	u := int64(users)
+	r := TopicRequest{User: UserID(runID, (n-1)%u+1), Version: (n-1)/u + 1, Link: LinkFirst}
+	if r.Version > 1 {
+		r.Follows = n - u
+	}
+	return r
+}
+
 func newTopicGen(api *client, opts Opts) *topicGen {
-	return &topicGen{api: api, runID: opts.RunID, probes: make(chan probe, 1)}
+	return &topicGen{api: api, runID: opts.RunID, probes: make(chan probe, 1), users: opts.TopicUsers, newest: make([]atomic.Int64, opts.TopicUsers)}
+}
+
+// plan is request n of this run.
+func (g *topicGen) plan(n int64) TopicRequest {
+	if g.users > 0 {
+		return SoakTopicPlan(g.runID, n, g.users)
+	}
+	return TopicPlan(g.runID, n)
 }
 
 // UpsertEvent is a pin.identity.user-upserted message as identity publishes it.
@@ -136,7 +174,7 @@ func (g *topicGen) publish(ctx context.Context, ev map[string]any) error {
 }
 
 func (g *topicGen) send(ctx context.Context, n int64) (Item, error) {
-	r, msg := TopicPlan(g.runID, n), MessageID(g.runID, n)
+	r, msg := g.plan(n), MessageID(g.runID, n)
 	referrer := ""
 	if r.Link != LinkNone {
 		referrer = r.Link.slug(g.runID)
@@ -144,37 +182,127 @@ func (g *topicGen) send(ctx context.Context, n int64) (Item, error) {
 	if err := g.publish(ctx, UpsertEvent(msg, r.User, "Investor", referrer, r.Version, time.Now())); err != nil {
 		return Item{}, err
 	}
+	g.published.Add(1)
+	if g.users > 0 {
+		slot := &g.newest[(n-1)%int64(g.users)]
+		for v := slot.Load(); v < r.Version && !slot.CompareAndSwap(v, r.Version); v = slot.Load() {
+		}
+	}
 	if n%50 == 0 {
 		select {
-		case g.probes <- probe{user: r.User, accepted: time.Now()}:
+		case g.probes <- probe{user: r.User, version: r.Version, accepted: time.Now()}:
 		default: // a probe is still being timed
 		}
 	}
 	return Item{Path: PathTopic, Key: msg, Subject: r.User, Seq: n}, nil
 }
 
-// background times sampled publishes until their replica is visible
-// through the operators' API.
+// background times sampled publishes until their replica is visible, at
+// their version or later, through the operators' API.
 func (g *topicGen) background(ctx context.Context, rec *recorder) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case p := <-g.probes:
+			g.setProbe(p.accepted)
 			for ctx.Err() == nil {
-				if g.api.adminDo(ctx, http.MethodGet, "/admin/api/referral/replicas/"+p.user, nil, nil) == nil {
+				if v, ok, _ := g.replicaVersion(ctx, p.user); ok && v >= p.version {
 					rec.handled(time.Since(p.accepted))
 					break
 				}
 				sleep(ctx, 5*time.Millisecond)
 			}
+			g.setProbe(time.Time{})
 		}
 	}
 }
 
+func (g *topicGen) setProbe(at time.Time) {
+	g.mu.Lock()
+	g.probeAt = at
+	g.mu.Unlock()
+}
+
+func (g *topicGen) waiting() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.probeAt
+}
+
+// replicaVersion is a user's replica's version; ok is false when the user
+// has no replica.
+func (g *topicGen) replicaVersion(ctx context.Context, user string) (int64, bool, error) {
+	var rep struct {
+		ReplicaVersion int64 `json:"replicaVersion"`
+	}
+	ok, err := getStatus(ctx, g.api, "/admin/api/referral/replicas/"+user, &rep)
+	return rep.ReplicaVersion, ok, err
+}
+
+// tally: with a soak's plan, each user published has its replica at the
+// newest version answered 202, or later, and exactly one bond, through the
+// run's first link; the referral group has no lag (see TopicTally). Without
+// it (a new user per request) there is nothing bounded to count.
+func (g *topicGen) tally(ctx context.Context, t *Tally) error {
+	if g.users == 0 {
+		return nil
+	}
+	lag, err := GroupLag(ctx, g.api, IdentityTopic, referralGroup)
+	if err != nil {
+		return err
+	}
+	var (
+		mu sync.Mutex
+		tt = TopicTally{Published: g.published.Load(), Lag: lag}
+	)
+	owner := LinkOwner(g.runID, LinkFirst)
+	err = forEach(ctx, g.users, func(ctx context.Context, i int) error {
+		newest := g.newest[i].Load()
+		if newest == 0 {
+			return nil
+		}
+		user := UserID(g.runID, int64(i)+1)
+		v, ok, err := g.replicaVersion(ctx, user)
+		if err != nil {
+			return err
+		}
+		var bonds struct {
+			Bonds []struct {
+				ReferrerUserID string `json:"referrerUserId"`
+			} `json:"bonds"`
+		}
+		if err := g.api.adminDo(ctx, http.MethodGet, "/admin/api/referral/bonds?referredUserId="+user, nil, &bonds); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		tt.Users++
+		if ok && v >= newest {
+			tt.Current++
+		} else {
+			tt.Behind++
+		}
+		switch {
+		case len(bonds.Bonds) > 1:
+			tt.Rebonded++
+		case len(bonds.Bonds) == 1 && bonds.Bonds[0].ReferrerUserID == owner:
+			tt.Bonded++
+		default:
+			tt.Unbonded++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	t.Topic = &tt
+	return nil
+}
+
 // drained: the referral group has no lag on the identity topic.
 func (g *topicGen) drained(ctx context.Context) bool {
-	lag, err := GroupLag(ctx, g.api, IdentityTopic, "referral-identity-users")
+	lag, err := GroupLag(ctx, g.api, IdentityTopic, referralGroup)
 	return err == nil && lag == 0
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +20,15 @@ type webhookGen struct {
 	customers int64
 	conn      string
 	header    http.Header
+
+	// With Opts.Tally: each customer's updates answered 200, and its
+	// thread's unread count before the run.
+	tallying bool
+	perChat  []atomic.Int64
+	before   map[string]int
+
+	mu      sync.Mutex
+	probeAt time.Time // the probe being timed was accepted then; zero: none
 }
 
 // CustomerChatID is the Telegram chat id of load-test customer i.
@@ -33,7 +44,8 @@ const BusinessConnectionID = "loadtest-business"
 func newWebhookGen(api *client, opts Opts) *webhookGen {
 	return &webhookGen{
 		api: api, secret: opts.WebhookSecret, runID: opts.RunID, customers: int64(opts.Customers), conn: opts.BusinessConnection,
-		header: http.Header{"X-Telegram-Bot-Api-Secret-Token": {opts.WebhookSecret}},
+		header:   http.Header{"X-Telegram-Bot-Api-Secret-Token": {opts.WebhookSecret}},
+		tallying: opts.Tally, perChat: make([]atomic.Int64, opts.Customers),
 	}
 }
 
@@ -58,7 +70,23 @@ func businessUpdate(conn string, updateID, chatID, messageID int64, text string)
 	return raw
 }
 
-func (g *webhookGen) prepare(context.Context) error { return nil }
+// prepare reads the customers' unread counts before the load, for the tally.
+func (g *webhookGen) prepare(ctx context.Context) error {
+	if !g.tallying {
+		return nil
+	}
+	threads, err := g.threads(ctx)
+	if err != nil {
+		return err
+	}
+	g.before = map[string]int{}
+	for _, t := range threads {
+		if t.BusinessConnectionID == g.conn {
+			g.before[t.Contact.ProviderUserID] = t.Unread
+		}
+	}
+	return nil
+}
 
 func (g *webhookGen) send(ctx context.Context, n int64) (Item, error) {
 	id := g.updateID(n)
@@ -67,13 +95,18 @@ func (g *webhookGen) send(ctx context.Context, n int64) (Item, error) {
 	if err := g.api.do(ctx, http.MethodPost, "/webhooks/telegram", g.header, body, nil); err != nil {
 		return Item{}, err
 	}
+	g.perChat[n%g.customers].Add(1)
 	return Item{Path: PathWebhook, Key: strconv.FormatInt(id, 10), Subject: strconv.FormatInt(chat, 10), Seq: id}, nil
 }
 
 // background sends a probe message every 250 ms and times how long the
-// chat role takes to store it where the operators' API shows it.
+// chat role takes to store it where the operators' API shows it. It reads
+// the probe's thread after the last probe found, so that a long run does
+// not read the whole thread every time; once a second while it waits it
+// reads from the start, in case retention removed every message and the
+// thread's positions began again.
 func (g *webhookGen) background(ctx context.Context, rec *recorder) {
-	var thread int64
+	var thread, after int64
 	for k := int64(1); ctx.Err() == nil; k++ {
 		id := g.updateID(900_000_000 + k)
 		text := fmt.Sprintf("probe %d/%d", g.runID, k)
@@ -82,56 +115,130 @@ func (g *webhookGen) background(ctx context.Context, rec *recorder) {
 			continue
 		}
 		accepted := time.Now()
+		g.setProbe(accepted)
+		fromStart := accepted // when the thread was last read from the start
 		for ctx.Err() == nil {
 			if thread == 0 {
 				thread = g.findProbeThread(ctx)
 			}
-			if thread != 0 && g.threadHas(ctx, thread, text) {
-				rec.handled(time.Since(accepted))
-				break
+			if thread != 0 {
+				from := after
+				if time.Since(fromStart) > time.Second {
+					from, fromStart = 0, time.Now()
+				}
+				if seq, ok := g.threadHas(ctx, thread, from, text); ok {
+					rec.handled(time.Since(accepted))
+					after = seq
+					break
+				}
 			}
 			sleep(ctx, 5*time.Millisecond)
 		}
+		g.setProbe(time.Time{})
 		sleep(ctx, 250*time.Millisecond)
 	}
 }
 
-func (g *webhookGen) findProbeThread(ctx context.Context) int64 {
+func (g *webhookGen) setProbe(at time.Time) {
+	g.mu.Lock()
+	g.probeAt = at
+	g.mu.Unlock()
+}
+
+func (g *webhookGen) waiting() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.probeAt
+}
+
+// threadJSON is a thread as the operators' API lists it.
+type threadJSON struct {
+	ID                   int64  `json:"id"`
+	BusinessConnectionID string `json:"businessConnectionId"`
+	Unread               int    `json:"unread"`
+	Contact              struct {
+		ProviderUserID string `json:"providerUserId"`
+	} `json:"contact"`
+}
+
+// threads lists the latest 500 threads.
+func (g *webhookGen) threads(ctx context.Context) ([]threadJSON, error) {
 	var out struct {
-		Threads []struct {
-			ID      int64 `json:"id"`
-			Contact struct {
-				ProviderUserID string `json:"providerUserId"`
-			} `json:"contact"`
-		} `json:"threads"`
+		Threads []threadJSON `json:"threads"`
 	}
-	if g.api.adminDo(ctx, http.MethodGet, "/admin/api/omni/threads?limit=50", nil, &out) != nil {
+	err := g.api.adminDo(ctx, http.MethodGet, "/admin/api/omni/threads?limit=500", nil, &out)
+	return out.Threads, err
+}
+
+func (g *webhookGen) findProbeThread(ctx context.Context) int64 {
+	threads, err := g.threads(ctx)
+	if err != nil {
 		return 0
 	}
-	for _, t := range out.Threads {
-		if t.Contact.ProviderUserID == strconv.FormatInt(ProbeChatID, 10) {
+	for _, t := range threads {
+		if t.Contact.ProviderUserID == strconv.FormatInt(ProbeChatID, 10) && t.BusinessConnectionID == g.conn {
 			return t.ID
 		}
 	}
 	return 0
 }
 
-func (g *webhookGen) threadHas(ctx context.Context, thread int64, text string) bool {
-	msgs, err := ThreadMessages(ctx, g.api, thread)
+// threadHas looks for text among the thread's messages after position
+// after, and returns the position of the message that has it.
+func (g *webhookGen) threadHas(ctx context.Context, thread, after int64, text string) (int64, bool) {
+	msgs, err := threadMessagesAfter(ctx, g.api, thread, after)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Text == text {
-			return true
+			return msgs[i].Seq, true
 		}
 	}
-	return false
+	return 0, false
 }
 
-// drained: the chat role has taken every accepted update off receiver.flow.
+// tally: every customer's thread's unread count grew by its updates
+// answered 200 (see WebhookTally).
+func (g *webhookGen) tally(ctx context.Context, t *Tally) error {
+	threads, err := g.threads(ctx)
+	if err != nil {
+		return err
+	}
+	unread := map[string]int{}
+	for _, th := range threads {
+		if th.BusinessConnectionID == g.conn {
+			unread[th.Contact.ProviderUserID] = th.Unread
+		}
+	}
+	w := &WebhookTally{}
+	for i := range g.perChat {
+		accepted := g.perChat[i].Load()
+		if accepted == 0 {
+			continue
+		}
+		w.Chats++
+		w.Accepted += accepted
+		chat := strconv.FormatInt(CustomerChatID(int64(i)), 10)
+		now, ok := unread[chat]
+		if !ok {
+			w.NoThread++
+			w.Missing += accepted
+			continue
+		}
+		stored := int64(now - g.before[chat])
+		w.Stored += stored
+		w.Missing += max(accepted-stored, 0)
+		w.Extra += max(stored-accepted, 0)
+	}
+	t.Webhook = w
+	return nil
+}
+
+// drained: the chat role has taken every accepted update off receiver.flow
+// and its retry lane.
 func (g *webhookGen) drained(ctx context.Context) bool {
-	return queueEmpty(ctx, g.api, "receiver.flow")
+	return queueEmpty(ctx, g.api, "receiver.flow") && queueEmpty(ctx, g.api, "receiver.retry")
 }
 
 // Message is an omni message as the operators' API shows it.
@@ -146,8 +253,12 @@ type Message struct {
 
 // ThreadMessages lists a thread's messages through the operators' API.
 func ThreadMessages(ctx context.Context, api *client, thread int64) ([]Message, error) {
+	return threadMessagesAfter(ctx, api, thread, 0)
+}
+
+// threadMessagesAfter lists a thread's messages after position after.
+func threadMessagesAfter(ctx context.Context, api *client, thread, after int64) ([]Message, error) {
 	var all []Message
-	after := int64(0)
 	for {
 		var out struct {
 			Messages []Message `json:"messages"`
