@@ -217,7 +217,10 @@ type recorder struct {
 	e2e      []time.Duration
 	// cut is where the open interval began: the lengths of lat and e2e and
 	// the errors counted by then.
-	cut struct{ lat, e2e int; errors int64 }
+	cut struct {
+		lat, e2e int
+		errors   int64
+	}
 }
 
 func newRecorder(p Path) *recorder { return &recorder{path: p, errors: map[string]int64{}} }

@@ -35,7 +35,7 @@ type outboxGen struct {
 	early    map[contract.EventID]time.Time
 	acked    idSet
 	rec      *recorder // set by background before its first ack
-	ours     int64 // the run's events acknowledged
+	ours     int64     // the run's events acknowledged
 	repeated int64
 }
 

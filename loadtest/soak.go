@@ -23,9 +23,9 @@ type Interval struct {
 	// N numbers the rows from 1. At is the interval's end and Length its
 	// length, in seconds since the load began; the last row is the rest of
 	// the load, shorter when the duration is not a multiple of the interval.
-	N      int     `json:"n"`
-	At     float64 `json:"atSeconds"`
-	Length float64 `json:"lengthSeconds"`
+	N      int            `json:"n"`
+	At     float64        `json:"atSeconds"`
+	Length float64        `json:"lengthSeconds"`
 	Paths  []IntervalPath `json:"paths"`
 	// RSS is the instance's resident memory; Database its database's size
 	// and WAL its write-ahead log's (0 on PostgreSQL); Free the database's
