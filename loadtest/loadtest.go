@@ -404,7 +404,7 @@ func Run(ctx context.Context, opts Opts) (Report, error) {
 	var bg, load sync.WaitGroup
 	for _, p := range opts.Paths {
 		bg.Go(func() { gens[p].background(bgCtx, recs[p]) })
-		load.Go(func() { drive(loadCtx, opts, gens[p], recs[p]) })
+		load.Go(func() { drive(loadCtx, ctx, opts, gens[p], recs[p]) })
 	}
 	progressDone := make(chan struct{})
 	go progress(loadCtx, opts, recs, start, progressDone)
@@ -451,8 +451,11 @@ func Run(ctx context.Context, opts Opts) (Report, error) {
 }
 
 // drive sends one path's requests from opts.Concurrency workers, paced by
-// opts.Rate when set, until ctx ends or opts.Count requests were made.
-func drive(ctx context.Context, opts Opts, g generator, rec *recorder) {
+// opts.Rate when set, until ctx ends or opts.Count requests were made. The
+// requests are sent with sendCtx, so that the end of the load lets those in
+// flight have their answer: a request the server committed is then never
+// left uncounted (only the end of sendCtx, Run's, abandons them).
+func drive(ctx, sendCtx context.Context, opts Opts, g generator, rec *recorder) {
 	conc := opts.Concurrency
 	if conc <= 0 {
 		conc = 16
@@ -478,9 +481,9 @@ func drive(ctx context.Context, opts Opts, g generator, rec *recorder) {
 				}
 				rec.sent.Add(1)
 				t0 := time.Now()
-				item, err := g.send(ctx, n)
+				item, err := g.send(sendCtx, n)
 				if err != nil {
-					if ctx.Err() != nil {
+					if sendCtx.Err() != nil {
 						return // the run ended mid-request: not the server's fault
 					}
 					rec.fail(errorKind(err))
