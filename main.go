@@ -112,7 +112,10 @@ func commands() []command {
 			more: "It exits non-zero when the file is damaged. On PostgreSQL it refuses: the server's pg_amcheck checks its tables and indexes."},
 		{name: "loadtest", summary: "drive a running instance through its public paths and report throughput and latency",
 			options: func() []option { return new(loadtestArgs).options() }, secrets: loadtestSecrets, run: loadtestCmd,
-			more: "Secrets come from the environment, or from the instance's database (file or URL) with --db."},
+			more: "Secrets come from the environment, or from the instance's database (file or URL) with --db. " +
+				"--soak runs a fixed rate for long on a bounded key space, prints a row every --report-every " +
+				"(throughput, p99, accepted → handled lag, the instance's RSS, database and WAL size) and ends with a count " +
+				"of every accepted request's effect; run the instance with short --retention-* options so that its tables turn over."},
 		{name: "version", summary: "print the version", options: func() []option { return nil }, run: versionCmd},
 	}
 }
