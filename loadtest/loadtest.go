@@ -410,7 +410,7 @@ func Run(ctx context.Context, opts Opts) (Report, error) {
 	go progress(loadCtx, opts, recs, start, progressDone)
 	rows := &intervals{opts: opts, recs: recs, gens: gens, res: res, start: start, last: start}
 	rowsDone := make(chan struct{})
-	go rows.run(loadCtx, rowsDone)
+	go rows.run(loadCtx, ctx, rowsDone)
 
 	load.Wait()
 	stopLoad()

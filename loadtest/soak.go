@@ -85,8 +85,10 @@ type intervals struct {
 	rows  []Interval
 }
 
-// run closes a row every opts.ReportEvery until ctx ends; then done.
-func (iv *intervals) run(ctx context.Context, done chan<- struct{}) {
+// run closes a row every opts.ReportEvery until load ends; then done. It
+// reads the instance's resources with ctx, Run's, so that the load's end
+// does not cut the last reading short.
+func (iv *intervals) run(load, ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	if iv.opts.ReportEvery <= 0 {
 		return
@@ -95,16 +97,20 @@ func (iv *intervals) run(ctx context.Context, done chan<- struct{}) {
 	defer t.Stop()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-load.Done():
 			return
 		case now := <-t.C:
+			if iv.opts.Duration > 0 && iv.start.Add(iv.opts.Duration).Sub(now) < iv.opts.ReportEvery/10 {
+				return // the load ends now: close closes this row, with the answers still in flight
+			}
 			iv.closeRow(ctx, now)
 		}
 	}
 }
 
-// close closes the last row, the rest of the load, unless it is empty: a
-// sliver shorter than a tenth of an interval in which nothing was answered.
+// close closes the last row, the rest of the load once every request has
+// its answer, unless it is empty: a sliver shorter than a tenth of an
+// interval in which nothing was answered.
 func (iv *intervals) close(ctx context.Context) {
 	if iv.opts.ReportEvery <= 0 {
 		return
