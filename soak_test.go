@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"switchyard/loadtest"
+	"switchyard/store"
 	"switchyard/store/storetest"
 )
 
@@ -137,6 +139,9 @@ func TestSoak(t *testing.T) {
 				t.Errorf("the %s does not level off: %v", c.what, err)
 			}
 		}
+		if t.Failed() {
+			t.Logf("the largest tables and indexes now:\n%s", largestTables(t, db))
+		}
 	})
 	t.Run("RSS stays bounded", func(t *testing.T) {
 		rss := bytesOf(rows, func(r loadtest.Interval) loadtest.Sample { return r.RSS })
@@ -169,6 +174,43 @@ func TestSoak(t *testing.T) {
 		}
 	})
 	p.stop(t)
+}
+
+// largestTables lists the database's largest tables and indexes, so that a
+// soak whose database grows says what grows.
+func largestTables(t *testing.T, source string) string {
+	ctx := context.Background()
+	db, err := store.Open(ctx, store.Options{Path: source, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err.Error()
+	}
+	defer db.Close()
+	query := `select name, sum(pgsize) from dbstat group by name order by 2 desc limit 12`
+	if db.Postgres() {
+		query = `select c.relname, pg_total_relation_size(c.oid) from pg_class c
+			join pg_namespace n on n.oid = c.relnamespace
+			where n.nspname = current_schema() and c.relkind in ('r', 'i') order by 2 desc limit 12`
+	}
+	rows, err := db.Read.QueryContext(ctx, query)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var (
+			name string
+			size int64
+		)
+		if err := rows.Scan(&name, &size); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "  %-48s %9.1f KiB\n", name, float64(size)/1024)
+	}
+	if err := rows.Err(); err != nil {
+		return err.Error()
+	}
+	return b.String()
 }
 
 // soakTally is the last line of the --json file.
