@@ -37,6 +37,9 @@ type outboxGen struct {
 	rec      *recorder // set by background before its first ack
 	ours     int64     // the run's events acknowledged
 	repeated int64
+	// quiet is whether the last poll, after every ack before it, found
+	// nothing pending: no event, the run's or not, is being delivered again.
+	quiet bool
 }
 
 // PartnerName is the partner event n of a run announces; the onboarding
@@ -100,6 +103,9 @@ func (g *outboxGen) background(ctx context.Context, rec *recorder) {
 			sleep(ctx, 100*time.Millisecond)
 			continue
 		}
+		g.mu.Lock()
+		g.quiet = len(events) == 0
+		g.mu.Unlock()
 		if len(events) == 0 {
 			continue
 		}
@@ -153,10 +159,13 @@ func (g *outboxGen) forgetForeign(now time.Time) {
 	}
 }
 
+// drained: every event the run emitted was acknowledged, and a poll since
+// found nothing more (with Consume), so that an event delivered again after
+// its acknowledgement is seen before the tally.
 func (g *outboxGen) drained(context.Context) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return len(g.emitted) == 0
+	return len(g.emitted) == 0 && (g.quiet || !g.consume)
 }
 
 func (g *outboxGen) waiting() time.Time {
