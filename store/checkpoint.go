@@ -3,6 +3,7 @@ package store
 import (
 	"database/sql"
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -30,6 +31,8 @@ type checkpointer struct {
 	kick    chan struct{}
 	stop    chan struct{}
 	stopped chan struct{}
+	once    sync.Once
+	err     error
 }
 
 func newCheckpointer(db *sql.DB, log *slog.Logger) *checkpointer {
@@ -73,9 +76,13 @@ func (c *checkpointer) run() {
 	}
 }
 
-// close stops the checkpointer and closes its connection.
+// close stops the checkpointer and closes its connection; again, it
+// returns what the first call returned, as DB.Close may be called twice.
 func (c *checkpointer) close() error {
-	close(c.stop)
-	<-c.stopped
-	return c.db.Close()
+	c.once.Do(func() {
+		close(c.stop)
+		<-c.stopped
+		c.err = c.db.Close()
+	})
+	return c.err
 }
