@@ -18,6 +18,7 @@ type webhookGen struct {
 	customers int64
 	conn      string
 	header    http.Header
+	noProbes  bool
 }
 
 // CustomerChatID is the Telegram chat id of load-test customer i.
@@ -33,7 +34,8 @@ const BusinessConnectionID = "loadtest-business"
 func newWebhookGen(api *client, opts Opts) *webhookGen {
 	return &webhookGen{
 		api: api, secret: opts.WebhookSecret, runID: opts.RunID, customers: int64(opts.Customers), conn: opts.BusinessConnection,
-		header: http.Header{"X-Telegram-Bot-Api-Secret-Token": {opts.WebhookSecret}},
+		header:   http.Header{"X-Telegram-Bot-Api-Secret-Token": {opts.WebhookSecret}},
+		noProbes: opts.NoWebhookProbes,
 	}
 }
 
@@ -71,8 +73,12 @@ func (g *webhookGen) send(ctx context.Context, n int64) (Item, error) {
 }
 
 // background sends a probe message every 250 ms and times how long the
-// chat role takes to store it where the operators' API shows it.
+// chat role takes to store it where the operators' API shows it (unless
+// Opts.NoWebhookProbes).
 func (g *webhookGen) background(ctx context.Context, rec *recorder) {
+	if g.noProbes {
+		return
+	}
 	var thread int64
 	for k := int64(1); ctx.Err() == nil; k++ {
 		id := g.updateID(900_000_000 + k)
