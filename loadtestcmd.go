@@ -69,6 +69,12 @@ func (a *loadtestArgs) options() []option {
 		{"count", "", "0", "requests per path (0: until --duration ends)", setCount(&o.Count, 0, "a number of requests, 0 or more")},
 		{"concurrency", "", "0", "connections per path (0: 64 for webhooks, 16 otherwise)", setCount(&o.Concurrency, 0, "a number of connections, 0 or more")},
 		{"consume", "", "true", "drain the outbox through /bot/events/pending + ack and time emit → ack (run the instance with --roles that leave out bot)", setBool(&o.Consume)},
+		{"webhook-probes", "", "true", "send a webhook probe every 250 ms and time accepted → handled through the operators' API (false: for an instance without the chat role, such as an ingest benchmark's)", func(v string) error {
+			var probe bool
+			err := setBool(&probe)(v)
+			o.NoWebhookProbes = !probe
+			return err
+		}},
 		{"drain", "", "30s", "how long to wait after the load for consumers to catch up", setDuration(&o.Drain)},
 		{"db", "", "", "the instance's database (its SQLite file or postgres:// URL), to read generated secrets from when the environment has none; a row reads the file's size (and its -wal's) when /metrics has no store gauges", setString(&a.db)},
 		{"soak", "", "false", "a soak: a fixed --rate on a bounded key space (--users, --chats) for --duration (default 30m), a row every --report-every (default 1m), and at the end a count of every accepted request's effect; the exit status is 1 when anything was lost or doubled", setBool(&a.soak)},

@@ -32,7 +32,7 @@ var (
 
 // binary builds switchyard once per test run, so these tests drive the real
 // process: flags, environment, signals and all.
-func binary(t *testing.T) string {
+func binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "switchyard-bin")

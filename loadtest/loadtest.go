@@ -117,6 +117,11 @@ type Opts struct {
 	// outbox path emits and measures emit → acknowledged. Run the instance
 	// without the bot role, or the two consumers share the events.
 	Consume bool
+	// NoWebhookProbes sends no webhook probes: accepted → handled is not
+	// measured for webhooks and the operators' API is not polled, for an
+	// instance that runs the inbound role without the chat role (an ingest
+	// benchmark), where no probe would ever be handled.
+	NoWebhookProbes bool
 	// Customers is how many Telegram customers write to the business inbox
 	// (default 50); OutboxUsers how many Telegram users outbox events name
 	// (default 1000). Identity events upsert a new user per request, unless

@@ -20,6 +20,7 @@ type webhookGen struct {
 	customers int64
 	conn      string
 	header    http.Header
+	noProbes  bool
 
 	// With Opts.Tally: each customer's updates answered 200, and its
 	// thread's unread count before the run.
@@ -45,6 +46,7 @@ func newWebhookGen(api *client, opts Opts) *webhookGen {
 	return &webhookGen{
 		api: api, secret: opts.WebhookSecret, runID: opts.RunID, customers: int64(opts.Customers), conn: opts.BusinessConnection,
 		header:   http.Header{"X-Telegram-Bot-Api-Secret-Token": {opts.WebhookSecret}},
+		noProbes: opts.NoWebhookProbes,
 		tallying: opts.Tally, perChat: make([]atomic.Int64, opts.Customers),
 	}
 }
@@ -100,12 +102,15 @@ func (g *webhookGen) send(ctx context.Context, n int64) (Item, error) {
 }
 
 // background sends a probe message every 250 ms and times how long the
-// chat role takes to store it where the operators' API shows it. It reads
-// the probe's thread after the last probe found, so that a long run does
-// not read the whole thread every time; once a second while it waits it
-// reads from the start, in case retention removed every message and the
-// thread's positions began again.
+// chat role takes to store it where the operators' API shows it (unless
+// Opts.NoWebhookProbes). It reads the probe's thread after the last probe
+// found, so that a long run does not read the whole thread every time; once
+// a second while it waits it reads from the start, in case retention
+// removed every message and the thread's positions began again.
 func (g *webhookGen) background(ctx context.Context, rec *recorder) {
+	if g.noProbes {
+		return
+	}
 	var thread, after int64
 	for k := int64(1); ctx.Err() == nil; k++ {
 		id := g.updateID(900_000_000 + k)

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // EnvelopeVersion is the version of the universal inbound envelope this
@@ -267,10 +269,10 @@ type envelopeHead struct {
 // Telegram sent.) A PayloadRaw that is not a UTF-8 JSON object is an error.
 func (env *Envelope) Encode() ([]byte, error) {
 	raw := env.PayloadRaw
-	if trimmed := bytes.TrimSpace(raw); len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(raw) || !utf8.Valid(raw) {
+	if trimmed := bytes.TrimSpace(raw); len(trimmed) == 0 || trimmed[0] != '{' || !jsonv1.Valid(raw) || !utf8.Valid(raw) {
 		return nil, fmt.Errorf("encode envelope %s: payloadRaw is not a UTF-8 JSON object", env.IdempotencyKey)
 	}
-	head, err := json.Marshal(envelopeHead{
+	head, err := jsonv1.Marshal(envelopeHead{
 		Version: env.Version, IdempotencyKey: env.IdempotencyKey, Provider: env.Provider, Channel: env.Channel,
 		Direction: env.Direction, ProviderEventID: env.ProviderEventID, ProviderMessageID: env.ProviderMessageID,
 		EventType: env.EventType, OccurredAt: env.OccurredAt, ReceivedAt: env.ReceivedAt,
@@ -278,7 +280,7 @@ func (env *Envelope) Encode() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode envelope %s: %w", env.IdempotencyKey, err)
 	}
-	normalized, err := json.Marshal(&env.PayloadNormalized)
+	normalized, err := jsonv1.Marshal(&env.PayloadNormalized)
 	if err != nil {
 		return nil, fmt.Errorf("encode envelope %s: %w", env.IdempotencyKey, err)
 	}

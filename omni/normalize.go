@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // ErrBadUpdate is returned by NormalizeTelegram for a body that is not a
@@ -168,7 +170,7 @@ func NormalizeTelegram(body []byte, botID int64, receivedAt time.Time) (*Envelop
 	// The update's own keys, matched exactly (a struct would match them
 	// case-insensitively).
 	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
+	if err := jsonv1.Unmarshal(body, &fields); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadUpdate, err)
 	}
 	rawID, ok := fields["update_id"]
@@ -176,7 +178,7 @@ func NormalizeTelegram(body []byte, botID int64, receivedAt time.Time) (*Envelop
 		return nil, fmt.Errorf("%w: update_id is missing", ErrBadUpdate)
 	}
 	var updateID int64
-	if err := json.Unmarshal(rawID, &updateID); err != nil || bytes.Equal(rawID, []byte("null")) {
+	if err := jsonv1.Unmarshal(rawID, &updateID); err != nil || bytes.Equal(rawID, []byte("null")) {
 		return nil, fmt.Errorf("%w: update_id is not an integer", ErrBadUpdate)
 	}
 	receivedAt = receivedAt.UTC()
@@ -245,7 +247,7 @@ func normalizeUpdate(env *Envelope, kind string, raw json.RawMessage) error {
 		return normalizeMessage(env, kind, raw, EventMessageEdited, true)
 	case "deleted_business_messages":
 		var d tgDeletedMessages
-		if err := json.Unmarshal(raw, &d); err != nil {
+		if err := jsonv1.Unmarshal(raw, &d); err != nil {
 			return err
 		}
 		if err := checkID(kind, "business_connection_id", d.BusinessConnectionID); err != nil {
@@ -264,7 +266,7 @@ func normalizeUpdate(env *Envelope, kind string, raw json.RawMessage) error {
 		}
 	case "business_connection":
 		var c tgBusinessConnection
-		if err := json.Unmarshal(raw, &c); err != nil {
+		if err := jsonv1.Unmarshal(raw, &c); err != nil {
 			return err
 		}
 		if err := checkID(kind, "id", c.ID); err != nil {
@@ -292,7 +294,7 @@ func normalizeUpdate(env *Envelope, kind string, raw json.RawMessage) error {
 		}
 	case "my_chat_member":
 		var m tgChatMemberUpdated
-		if err := json.Unmarshal(raw, &m); err != nil {
+		if err := jsonv1.Unmarshal(raw, &m); err != nil {
 			return err
 		}
 		if m.Chat.ID == 0 || m.Chat.Type == "" {
@@ -305,7 +307,7 @@ func normalizeUpdate(env *Envelope, kind string, raw json.RawMessage) error {
 		n.Membership = &Membership{OldStatus: m.OldChatMember.Status, NewStatus: m.NewChatMember.Status}
 	case "callback_query":
 		var q tgCallbackQuery
-		if err := json.Unmarshal(raw, &q); err != nil {
+		if err := jsonv1.Unmarshal(raw, &q); err != nil {
 			return err
 		}
 		if err := checkID(kind, "id", q.ID); err != nil {
@@ -363,7 +365,7 @@ func invalidate(env *Envelope, kind, reason string) {
 
 func normalizeMessage(env *Envelope, kind string, raw json.RawMessage, t EventType, business bool) error {
 	var m tgMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
+	if err := jsonv1.Unmarshal(raw, &m); err != nil {
 		return err
 	}
 	if m.Chat.ID == 0 || m.Chat.Type == "" {
@@ -389,7 +391,7 @@ func normalizeMessage(env *Envelope, kind string, raw json.RawMessage, t EventTy
 	if m.Text == "" {
 		// The message's own keys tell its content.
 		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &fields); err != nil {
+		if err := jsonv1.Unmarshal(raw, &fields); err != nil {
 			return err
 		}
 		msg.Kind, msg.Media, msg.Service = contentOf(fields)

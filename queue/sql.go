@@ -115,7 +115,7 @@ func (c *stmtCache) prepare(ctx context.Context, db *store.DB) {
 // cache holds the text the writer then runs on db.
 func hotQueries(db *store.DB) []string {
 	queries := []string{
-		insertKeyQuery, selectKeyQuery, orderQueuedQuery, insertOrderQuery, insertMessageQuery,
+		insertKeyQuery, selectKeyQuery, orderQueuedQuery, insertOrderQuery, insertParkedOrderQuery, insertMessageQuery,
 		deleteDeliveredQuery, deleteRetryQuery, deleteOrderQuery, unparkQuery, releaseQuery,
 		takeDeliveredQuery, orderSlotQuery, firstFailedQuery, insertDeadQuery, insertFailureQuery,
 		retryMessageQuery, upsertRetryQuery, receiveSQL(db), orderKeyQuery,

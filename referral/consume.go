@@ -96,15 +96,15 @@ func (s *Service) applyUpserted(ctx context.Context, tx *sql.Tx, ev UserUpserted
 	res.Phone = mask.Phone(ev.PhoneNumber)
 	q := s.prepared(tx)
 	mark := string(TypeUserUpserted) + ":" + ev.MessageID
-	held, dup, err := begin(ctx, q, mark, ev.UserID)
-	if err != nil || dup {
-		res.Duplicate = dup
+	own, err := readUserFacts(ctx, q, mark, ev.UserID)
+	if err != nil || own.Duplicate {
+		res.Duplicate = own.Duplicate
 		return res, err
 	}
 	now := s.db.Now()
 
 	// Branch A: the replica, behind the version guard.
-	replica, ok := upsertReplica(ev, held, now)
+	replica, ok := upsertReplica(ev, own.Held, now)
 	if ok {
 		if err := putReplica(ctx, q, replica); err != nil {
 			return res, err
@@ -113,8 +113,8 @@ func (s *Service) applyUpserted(ctx context.Context, tx *sql.Tx, ev UserUpserted
 	res.ReplicaApplied, res.ReplicaVersion = ok, replica.ReplicaVersion
 
 	// Branch B: read what the rule needs, then decide.
-	facts := attachFacts{Event: ev}
-	if ev.ReferrerURL != nil {
+	facts := attachFacts{Event: ev, HasInitial: own.HasInitial, HasActiveBond: own.HasActiveBond}
+	if ev.ReferrerURL != nil && !facts.HasInitial {
 		if slug, valid := NormalizeSlug(*ev.ReferrerURL); valid {
 			if err := s.readAttachFacts(ctx, q, slug, &facts); err != nil {
 				return res, err
@@ -143,8 +143,9 @@ func (s *Service) applyUpserted(ctx context.Context, tx *sql.Tx, ev UserUpserted
 	return res, putMark(ctx, q, mark, ev.UserID, res.Outcome, now)
 }
 
-// readAttachFacts reads, in the spec's order, what decideAttach needs; it
-// stops reading once the answer cannot change.
+// readAttachFacts reads, in the spec's order, the link and its owner's
+// replica, which decideAttach needs besides the user's own facts
+// (readUserFacts); it stops reading once the answer cannot change.
 //
 // The link and its owner's replica are other rows than the user's own,
 // which other transactions change: an operator deletes the link, the
@@ -158,16 +159,10 @@ func (s *Service) applyUpserted(ctx context.Context, tx *sql.Tx, ev UserUpserted
 // order in which the messages took effect on both backends.
 func (s *Service) readAttachFacts(ctx context.Context, tx dbtx, slug string, f *attachFacts) error {
 	var err error
-	if f.HasInitial, err = hasInitial(ctx, tx, f.Event.UserID); err != nil || f.HasInitial {
-		return err
-	}
 	if f.Link, err = scanLinkRow(tx.QueryRowContext(ctx, s.linkQuery, slug)); err != nil || f.Link == nil {
 		return err
 	}
-	if f.Owner, err = scanReplicaRow(tx.QueryRowContext(ctx, s.ownerQuery, string(f.Link.OwnerUserID))); err != nil {
-		return err
-	}
-	f.HasActiveBond, err = hasActiveBond(ctx, tx, f.Event.UserID)
+	f.Owner, err = scanReplicaRow(tx.QueryRowContext(ctx, s.ownerQuery, string(f.Link.OwnerUserID)))
 	return err
 }
 
@@ -217,12 +212,12 @@ func (s *Service) bind(ctx context.Context, tx *sql.Tx, ev UserUpserted, l Link,
 func (s *Service) applyBlocked(ctx context.Context, tx *sql.Tx, ev UserBlocked, res result) (result, error) {
 	q := s.prepared(tx)
 	mark := string(TypeUserBlocked) + ":" + ev.MessageID
-	held, dup, err := begin(ctx, q, mark, ev.UserID)
-	if err != nil || dup {
-		res.Duplicate = dup
+	own, err := readUserFacts(ctx, q, mark, ev.UserID)
+	if err != nil || own.Duplicate {
+		res.Duplicate = own.Duplicate
 		return res, err
 	}
-	now := s.db.Now()
+	held, now := own.Held, s.db.Now()
 	replica, ok := blockReplica(ev, held, now)
 	switch {
 	case held == nil:
@@ -238,19 +233,58 @@ func (s *Service) applyBlocked(ctx context.Context, tx *sql.Tx, ev UserBlocked, 
 	return res, putMark(ctx, q, mark, ev.UserID, res.Outcome, now)
 }
 
-// prepared wraps tx so the consumer's queries use the prepared statements.
-// begin is how each consumer starts on an event: dup when its idempotency
-// mark is already there (the event was applied before), else the user's
-// replica as held (nil when there is none).
-func begin(ctx context.Context, q preparedTx, mark string, userID UserID) (held *Replica, dup bool, err error) {
-	if dup, err := hasMark(ctx, q, mark); err != nil || dup {
-		return nil, dup, err
-	}
-	held, err = getReplica(ctx, q, userID)
-	return held, false, err
+// userFacts is what a consumer reads of the message's user first.
+type userFacts struct {
+	Duplicate     bool     // the message's idempotency mark is there: it was applied before
+	Held          *Replica // the user's replica as held; nil when there is none
+	HasInitial    bool     // the user has an Initial journal entry (first-seen, branch B)
+	HasActiveBond bool     // the user has an Active bond (G5)
 }
 
-func (s *Service) prepared(tx *sql.Tx) preparedTx { return preparedTx{tx: tx, stmts: s.stmts} }
+// readUserFacts reads, in one statement, the message's mark and the user's
+// own rows every consumer starts from. Only this user's messages write
+// them, one at a time in offset order (the topic's key is the user), so it
+// does not matter where in the transaction they are read.
+func readUserFacts(ctx context.Context, q querier, mark string, user UserID) (userFacts, error) {
+	var (
+		f                   userFacts
+		r                   Replica
+		id, typ, status     sql.NullString
+		first, last, phone  sql.NullString
+		filled              sql.NullBool
+		version             sql.NullInt64
+		registered, updated store.Timestamp
+	)
+	err := q.QueryRowContext(ctx, userFactsQuery, mark, string(user), string(user), string(user)).Scan(
+		&f.Duplicate, &f.HasInitial, &f.HasActiveBond,
+		&id, &typ, &r.CompanyID, &status, &first, &last, &r.Name.MiddleName,
+		&phone, &filled, &registered, &version, &updated)
+	if err != nil || f.Duplicate || !id.Valid {
+		return f, err
+	}
+	r.ID, r.Type, r.Status = UserID(id.String), UserType(typ.String), UserStatus(status.String)
+	r.Name.FirstName, r.Name.LastName, r.PhoneNumber = first.String, last.String, phone.String
+	r.IsNameFilled, r.ReplicaVersion = filled.Bool, version.Int64
+	r.RegisteredAt, r.UpdatedAt = registered.Time, updated.Time
+	f.Held = &r
+	return f, nil
+}
+
+// prepared wraps tx so the consumer's queries use the prepared statements.
+func (s *Service) prepared(tx *sql.Tx) preparedTx {
+	p := preparedTx{tx: tx, stmts: s.stmts}
+	// The statements bound to tx are kept for the run of the transaction
+	// function: the queue hands a chunk of records to one run, and binding
+	// a statement to a transaction (Tx.StmtContext) costs a statement,
+	// locks and a dependency entry each time.
+	if v, ok := s.db.TxValue(tx, txStmtsKey{}, func() any { return map[string]*sql.Stmt{} }); ok {
+		p.bound = v.(map[string]*sql.Stmt)
+	}
+	return p
+}
+
+// txStmtsKey keeps a run's statements bound to its transaction (TxValue).
+type txStmtsKey struct{}
 
 func newID() string { return uuid.Must(uuid.NewV7()).String() }
 
@@ -269,8 +303,8 @@ type dbtx interface {
 // consumer's transaction does not parse its SQL again for every record;
 // New adds the link and owner reads of its dialect.
 var consumerQueries = []string{
-	hasMarkQuery, putMarkQuery, getReplicaQuery, putReplicaQuery, blockStatusQuery, hasInitialQuery,
-	hasActiveBondQuery, insertBondQuery, insertRegistrationQuery, deleteBondQuery,
+	userFactsQuery, putMarkQuery, putReplicaQuery, blockStatusQuery,
+	insertBondQuery, insertRegistrationQuery, deleteBondQuery,
 }
 
 // preparedTx runs the consumer's queries in tx through statements prepared
@@ -278,35 +312,41 @@ var consumerQueries = []string{
 type preparedTx struct {
 	tx    *sql.Tx
 	stmts map[string]*sql.Stmt
+	bound map[string]*sql.Stmt // stmts bound to tx so far; nil for a tx not begun by db.Tx
+}
+
+// stmt returns query's statement bound to tx, or nil for a query not
+// prepared.
+func (p preparedTx) stmt(ctx context.Context, query string) *sql.Stmt {
+	if st := p.bound[query]; st != nil {
+		return st
+	}
+	st, ok := p.stmts[query]
+	if !ok {
+		return nil
+	}
+	st = p.tx.StmtContext(ctx, st)
+	if p.bound != nil {
+		p.bound[query] = st
+	}
+	return st
 }
 
 func (p preparedTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st, ok := p.stmts[query]; ok {
-		return p.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	if st := p.stmt(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
 	}
 	return p.tx.QueryRowContext(ctx, query, args...)
 }
 
 func (p preparedTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if st, ok := p.stmts[query]; ok {
-		return p.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	if st := p.stmt(ctx, query); st != nil {
+		return st.ExecContext(ctx, args...)
 	}
 	return p.tx.ExecContext(ctx, query, args...)
 }
 
-const (
-	hasMarkQuery = `select 1 from referral_processed_messages where mark = ?`
-	putMarkQuery = `insert into referral_processed_messages (mark, user_id, outcome, processed_at) values (?, ?, ?, ?)`
-)
-
-func hasMark(ctx context.Context, tx dbtx, mark string) (bool, error) {
-	var one int
-	err := tx.QueryRowContext(ctx, hasMarkQuery, mark).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
-}
+const putMarkQuery = `insert into referral_processed_messages (mark, user_id, outcome, processed_at) values (?, ?, ?, ?)`
 
 func putMark(ctx context.Context, tx dbtx, mark string, user UserID, outcome Outcome, now time.Time) error {
 	_, err := tx.ExecContext(ctx, putMarkQuery, mark, string(user), string(outcome), store.TS(now))
@@ -383,27 +423,25 @@ func blockStatus(ctx context.Context, tx dbtx, r Replica) error {
 	return err
 }
 
-const hasInitialQuery = `select 1 from referral_registrations where referred_user_id = ? and registration_type = ?`
-
-func hasInitial(ctx context.Context, tx dbtx, user UserID) (bool, error) {
-	var one int
-	err := tx.QueryRowContext(ctx, hasInitialQuery, string(user), string(RegistrationInitial)).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-const hasActiveBondQuery = `select 1 from referral_bonds where referred_user_id = ? and status = ?`
-
-func hasActiveBond(ctx context.Context, tx dbtx, user UserID) (bool, error) {
-	var one int
-	err := tx.QueryRowContext(ctx, hasActiveBondQuery, string(user), string(BondActive)).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
-}
+// userFactsQuery is readUserFacts' statement: the mark, the Initial entry
+// and the active bond as flags, and the replica's columns. It has no join —
+// SQLite compiles a prepared join on `col = ?` again on every bind — and is
+// an aggregate without GROUP BY, which always returns one row: each replica
+// column is max() of at most one row (id is the key), null when there is
+// no replica. The Initial entry and the active bond are looked for with
+// their partial index's value in the SQL text, not as a parameter: SQLite
+// can use a partial index (ux_referral_registrations_initial,
+// ux_referral_bonds_referred_active) for `col = ?` only by looking at the
+// bound value, and then too compiles the statement again on every bind —
+// every record paid a full parse and plan of its reads.
+const userFactsQuery = `
+		select
+			exists (select 1 from referral_processed_messages where mark = ?),
+			exists (select 1 from referral_registrations where referred_user_id = ? and registration_type = '` + string(RegistrationInitial) + `'),
+			exists (select 1 from referral_bonds where referred_user_id = ? and status = '` + string(BondActive) + `'),
+			max(id), max(type), max(company_id), max(status), max(first_name), max(last_name), max(middle_name),
+			max(phone_number), max(is_name_filled), max(registered_at), max(replica_version), max(updated_at)
+		from referral_users where id = ?`
 
 const linkColumns = `id, url, owner_user_id, tenant_id, channel, created_at, deleted_at`
 

@@ -105,9 +105,6 @@ func New(ctx context.Context, opts Opts) (*Service, error) {
 	queries := append(slices.Clip(consumerQueries), s.linkQuery, s.ownerQuery)
 	s.stmts = make(map[string]*sql.Stmt, len(queries))
 	for _, q := range queries {
-		if s.stmts[q] != nil {
-			continue // SQLite's link and owner reads are plain ones
-		}
 		st, err := opts.DB.Write.PrepareContext(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("referral: prepare: %w", err)

@@ -96,14 +96,16 @@ type DB struct {
 	path    string
 	log     *slog.Logger
 	batcher *batcher // nil on PostgreSQL
-	closed  atomic.Bool
-	commits commitLog
-	hooks   hooks
-	retries txRetries
-	corrupt atomic.Pointer[error] // the first corruption any statement met
-	ready   readiness
-	ext     sync.Map  // Ext's values, by their owners' keys
-	notes   *notifier // broadcasts to other instances; nil on SQLite
+	// checkpoint copies the WAL into the file (SQLite only).
+	checkpoint *checkpointer
+	closed     atomic.Bool
+	commits    commitLog
+	hooks      hooks
+	retries    txRetries
+	corrupt    atomic.Pointer[error] // the first corruption any statement met
+	ready      readiness
+	ext        sync.Map  // Ext's values, by their owners' keys
+	notes      *notifier // broadcasts to other instances; nil on SQLite
 }
 
 // Open opens the database opts.Path names. A postgres:// URL opens that
@@ -188,8 +190,22 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	read.SetMaxOpenConns(opts.ReadConns)
 	read.SetMaxIdleConns(opts.ReadConns)
 
+	cc, err := newConnector(dsn(opts.Path, "deferred", pragmas), false, db.sawError)
+	if err != nil {
+		write.Close()
+		read.Close()
+		return nil, fmt.Errorf("store: open checkpointer: %w", err)
+	}
+	ckpt := sql.OpenDB(cc)
+	ckpt.SetMaxOpenConns(1)
+	ckpt.SetMaxIdleConns(1)
+	ckpt.SetConnMaxLifetime(0)
+	ckpt.SetConnMaxIdleTime(0)
+
 	db.Write, db.Read = write, read
-	if db.batcher, err = newBatcher(write, &db.hooks, &db.commits, opts.MaxBatch); err != nil {
+	db.checkpoint = newCheckpointer(ckpt, opts.Logger)
+	if db.batcher, err = newBatcher(write, &db.hooks, &db.commits, opts.MaxBatch, db.checkpoint.committed); err != nil {
+		_ = db.checkpoint.close()
 		write.Close()
 		read.Close()
 		return nil, err
@@ -221,10 +237,14 @@ func (db *DB) Close() error {
 	if db.batcher != nil {
 		db.batcher.close()
 	}
+	var ckptErr error
+	if db.checkpoint != nil {
+		ckptErr = db.checkpoint.close()
+	}
 	if db.notes != nil {
 		db.notes.close()
 	}
-	return errors.Join(db.closeExt(), db.Read.Close(), db.Write.Close())
+	return errors.Join(db.closeExt(), ckptErr, db.Read.Close(), db.Write.Close())
 }
 
 // Now is shorthand for db.Clock.Now().UTC().

@@ -106,6 +106,8 @@ type batcher struct {
 	hooks    *hooks
 	commits  *commitLog
 	maxBatch int
+	// committed is called after each commit that succeeded.
+	committed func()
 	// Savepoint statements are prepared once: a batch runs three per caller.
 	savepoint, rollbackTo, release *sql.Stmt
 
@@ -130,14 +132,15 @@ func (l *commitLog) committed(err error) {
 	l.lastOK.Store(time.Now().UnixNano())
 }
 
-func newBatcher(db *sql.DB, h *hooks, commits *commitLog, maxBatch int) (*batcher, error) {
+func newBatcher(db *sql.DB, h *hooks, commits *commitLog, maxBatch int, committed func()) (*batcher, error) {
 	b := &batcher{
-		db:       db,
-		hooks:    h,
-		commits:  commits,
-		maxBatch: maxBatch,
-		pending:  make(chan *txRequest, 4*maxBatch),
-		stopped:  make(chan struct{}),
+		db:        db,
+		hooks:     h,
+		commits:   commits,
+		maxBatch:  maxBatch,
+		committed: committed,
+		pending:   make(chan *txRequest, 4*maxBatch),
+		stopped:   make(chan struct{}),
 	}
 	for _, p := range []struct {
 		stmt **sql.Stmt
@@ -265,6 +268,7 @@ func (b *batcher) commit(batch []*txRequest) {
 		return
 	}
 	b.commits.committed(nil)
+	b.committed()
 	for i, req := range batch {
 		if results[i] == nil {
 			runAfter(req.run.after)
