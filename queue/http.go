@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/gorilla/mux"
 
 	"switchyard/httpjson"
@@ -458,7 +459,7 @@ func (a *Admin) handlePublish(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case ndjson:
 		err = b.addLines(body)
-	case bytes.HasPrefix(bytes.TrimSpace(body), []byte("[")):
+	case bytes.HasPrefix(bytes.TrimLeft(body, jsonSpace), []byte("[")):
 		err = b.addArray(body)
 	default:
 		return a.publishOne(w, r, topic, b.queryKey, body)
@@ -560,26 +561,37 @@ func tooManyRecords() error {
 		"a batch holds at most %d records; split it into several requests", MaxPublishBatch)
 }
 
-// addArray adds the elements of a JSON array.
+// recordOptions make jsontext accept what encoding/json's Unmarshal does
+// (the single-record publish's parser): repeated names, the last one
+// counting, and invalid UTF-8.
+var recordOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
+
+// jsonSpace is JSON's white space (RFC 8259), which alone may surround a
+// value.
+const jsonSpace = " \t\r\n"
+
+// addArray adds the elements of a JSON array, each read once: its bytes
+// as sent become the record's value.
 func (b *batch) addArray(body []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if _, err := dec.Token(); err != nil { // the '['
+	dec := jsontext.NewDecoder(bytes.NewReader(body), recordOptions...)
+	if _, err := dec.ReadToken(); err != nil { // the '['
 		return httpjson.BadRequest("malformed JSON: %v", err)
 	}
-	for dec.More() {
+	for dec.PeekKind() != ']' {
 		if len(b.recs) == MaxPublishBatch {
 			return tooManyRecords()
 		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
+		start := dec.InputOffset()
+		key, object, err := readRecord(dec)
+		if err != nil {
 			return httpjson.BadRequest("malformed JSON at record %d: %v", len(b.recs), err)
 		}
-		b.add(raw, 0)
+		b.add(bytes.TrimLeft(body[start:dec.InputOffset()], ","+jsonSpace), key, object, 0)
 	}
-	if _, err := dec.Token(); err != nil { // the ']'
+	if _, err := dec.ReadToken(); err != nil { // the ']'
 		return httpjson.BadRequest("malformed JSON: %v", err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
 		return httpjson.BadRequest("malformed JSON: more than one value in the body")
 	}
 	return nil
@@ -587,35 +599,49 @@ func (b *batch) addArray(body []byte) error {
 
 // addLines adds the non-blank lines of a JSON-lines body.
 func (b *batch) addLines(body []byte) error {
+	var (
+		dec jsontext.Decoder
+		in  bytes.Reader
+	)
 	for n := 1; len(body) > 0; n++ {
 		line, rest, _ := bytes.Cut(body, []byte("\n"))
 		body = rest
-		if line = bytes.TrimSpace(line); len(line) == 0 {
+		if line = bytes.Trim(line, jsonSpace); len(line) == 0 {
 			continue
 		}
 		if len(b.recs) == MaxPublishBatch {
 			return tooManyRecords()
 		}
-		b.add(line, n)
+		in.Reset(line)
+		dec.Reset(&in, recordOptions...)
+		key, object, err := readRecord(&dec)
+		if err == nil {
+			if _, err = dec.ReadToken(); errors.Is(err, io.EOF) {
+				err = nil
+			} else if err == nil {
+				err = errors.New("more than one value on the line")
+			}
+		}
+		if err != nil {
+			b.invalid = append(b.invalid, invalidRecordJSON{Index: len(b.recs), Line: n, Message: "malformed JSON: " + err.Error()})
+			b.recs = append(b.recs, KeyValue{})
+			continue
+		}
+		b.add(line, key, object, n)
 	}
 	return nil
 }
 
-// add checks a record (line is its line, 0 in a JSON array) and keeps it.
-func (b *batch) add(raw []byte, line int) {
-	var fields map[string]json.RawMessage
+// add keeps a record read by readRecord (line is its line, 0 in a JSON
+// array), or its fault.
+func (b *batch) add(raw []byte, aggregateID string, object bool, line int) {
+	key := cmp.Or(b.queryKey, aggregateID)
 	msg := ""
-	switch err := json.Unmarshal(raw, &fields); {
-	case !bytes.HasPrefix(raw, []byte("{")):
+	switch {
+	case !object:
 		msg = "the record must be a JSON object"
-	case err != nil:
-		msg = "malformed JSON: " + err.Error()
-	}
-	key := b.queryKey
-	if msg == "" && key == "" {
-		if key = aggregateID(fields); key == "" {
-			msg = `a key is required: pass ?key= or a non-empty string "aggregateId" in the record`
-		}
+	case key == "":
+		msg = `a key is required: pass ?key= or a non-empty string "aggregateId" in the record`
 	}
 	if msg != "" {
 		b.invalid = append(b.invalid, invalidRecordJSON{Index: len(b.recs), Line: line, Message: msg})
@@ -623,6 +649,50 @@ func (b *batch) add(raw []byte, line int) {
 		return
 	}
 	b.recs = append(b.recs, KeyValue{Key: key, Value: raw})
+}
+
+// aggregateIDName is the member a record's key is read from, as it is
+// usually written.
+var aggregateIDName = []byte(`"aggregateId"`)
+
+// readRecord reads one JSON value from dec, checking its syntax: whether
+// it is an object and, if so, its "aggregateId" as the single-record
+// publish reads it (the last such member, when a string, decoded by
+// encoding/json), else "". It is one pass, with no map of the members.
+func readRecord(dec *jsontext.Decoder) (aggregateID string, object bool, err error) {
+	if dec.PeekKind() != '{' {
+		_, err := dec.ReadValue() // a value of another kind, or the error
+		return "", false, err
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return "", false, err
+	}
+	var id []byte
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadValue()
+		if err != nil {
+			return "", false, err
+		}
+		match := bytes.Equal(name, aggregateIDName)
+		if !match && bytes.IndexByte(name, '\\') >= 0 { // an escaped name
+			unquoted, err := jsontext.AppendUnquote(nil, name)
+			match = err == nil && string(unquoted) == "aggregateId"
+		}
+		v, err := dec.ReadValue()
+		if err != nil {
+			return "", false, err
+		}
+		if match {
+			id = append(id[:0], v...)
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return "", false, err
+	}
+	if len(id) > 0 && id[0] == '"' {
+		_ = json.Unmarshal(id, &aggregateID)
+	}
+	return aggregateID, true, nil
 }
 
 type recordJSON struct {

@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"switchyard/httpjson/httpjsontest"
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/store/storetest"
@@ -332,7 +335,7 @@ func TestPublishBatch(t *testing.T) {
 		for _, f := range formats {
 			r := b.post(t, "", f.contentType, f.encode(small))
 			if r.status != http.StatusRequestEntityTooLarge || r.errorCode() != "too_many_records" {
-				t.Fatalf("%s of %d records: %d %s, want 413 too_many_records", f.name, len(small), r.status, r.raw)
+				t.Fatalf("%s of %d records: %d %.300s, want 413 too_many_records", f.name, len(small), r.status, r.raw)
 			}
 			if !strings.Contains(r.raw, fmt.Sprint(queue.MaxPublishBatch)) {
 				t.Errorf("the refusal does not say the limit: %s", r.raw)
@@ -421,4 +424,89 @@ func poisonKey(t *testing.T, db *store.DB, key string) {
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
+}
+
+// FuzzPublishBatchMatchesSingle posts any body with any key as one record
+// (application/json), as a one-record JSON array and as a one-line JSON-lines
+// batch: the three agree — all refused with a 4xx JSON error, or all
+// accepted and stored with the same key and value — so that a batch checks
+// and keys its records exactly as the single-record publish does. It runs
+// over its seeds in every `go test`.
+func FuzzPublishBatchMatchesSingle(f *testing.F) {
+	for _, s := range []struct{ key, body string }{
+		{"", `{"aggregateId":"a","n":1}`},
+		{"k", `{"n":1}`},
+		{"", `{"aggregateId":"a","aggregateId":"b"}`},
+		{"", `{"aggregateId":"a","aggregateId":7}`},
+		{"", `{"aggregate\u0049d":"escaped"}`},
+		{"", `{"AggregateId":"case"}`},
+		{"", `{"payload":{"aggregateId":"nested"}}`},
+		{"", "{\"aggregateId\":\"bad \xff utf-8\"}"},
+		{"", `{"aggregateId":"x"} trailing`},
+		{"", `{"aggregateId":"x"`},
+		{"", `  {"aggregateId":"padded"}	`},
+		{"", "\u00a0{\"aggregateId\":\"nbsp\"}"},
+		{"", `{"aggregateId":""}`},
+		{"", `{"aggregateId":null}`},
+		{"k", `[]`},
+		{"k", `1`},
+		{"k", `"a string"`},
+		{"", `{"aggregateId":"ключ","Name":{"FirstName":"Анна"}}`},
+	} {
+		f.Add(s.key, []byte(s.body))
+	}
+	db := storetest.NewWith(f, store.Options{Synchronous: store.SyncNormal})
+	if _, err := queue.NewTopic(context.Background(), queue.TopicOpts{DB: db, Name: batchTopic}); err != nil {
+		f.Fatal(err)
+	}
+	admin := queue.NewAdmin(queue.AdminOpts{DB: db})
+	r := mux.NewRouter()
+	admin.AdminRoutes(r.PathPrefix("/admin/api").Subrouter())
+
+	type outcome struct {
+		status     int
+		key, value string
+	}
+	publish := func(t *testing.T, key, contentType string, body []byte) outcome {
+		req := httptest.NewRequest(http.MethodPost, "http://switchyard.test/admin/api/topics/"+batchTopic+"/messages", bytes.NewReader(body))
+		if key != "" {
+			req.URL.RawQuery = "key=" + url.QueryEscape(key)
+		}
+		req.Header.Set("Content-Type", contentType)
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, req)
+		if rec.Code != http.StatusAccepted {
+			if httpjsontest.CheckRefusal(t, "a publish", rec) {
+				return outcome{status: 400}
+			}
+			t.Fatalf("%s: answered %d %s, want 202 or a 4xx", contentType, rec.Code, rec.Body)
+		}
+		var out struct {
+			queue.Position
+			Records []queue.Position `json:"records"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+			t.Fatal(err)
+		}
+		pos := out.Position
+		if len(out.Records) == 1 {
+			pos = out.Records[0]
+		}
+		recs, err := admin.Read(context.Background(), batchTopic, queue.ReadFilter{Partition: &pos.Partition, FromOffset: pos.Offset, Limit: 1})
+		if err != nil || len(recs) != 1 || recs[0].Offset != pos.Offset {
+			t.Fatalf("202 at %+v, but the log has %+v (%v)", pos, recs, err)
+		}
+		return outcome{status: 202, key: recs[0].Key, value: string(recs[0].Value)}
+	}
+	f.Fuzz(func(t *testing.T, key string, body []byte) {
+		if bytes.ContainsAny(body, "\n") {
+			return // more than one line of JSON lines
+		}
+		single := publish(t, key, "application/json", body)
+		array := publish(t, key, "application/json", append(append([]byte("["), body...), ']'))
+		lines := publish(t, key, queue.NDJSONType, body)
+		if array != single || lines != single {
+			t.Fatalf("body %q key %q: one record %+v, as an array %+v, as JSON lines %+v", body, key, single, array, lines)
+		}
+	})
 }
