@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -135,22 +136,67 @@ func (g *topicGen) publish(ctx context.Context, ev map[string]any) error {
 	return g.api.adminDo(ctx, http.MethodPost, "/admin/api/topics/"+IdentityTopic+"/messages", ev, nil)
 }
 
-func (g *topicGen) send(ctx context.Context, n int64) (Item, error) {
+// event is request n's identity event and the item it becomes once
+// accepted.
+func (g *topicGen) event(n int64) (map[string]any, Item) {
 	r, msg := TopicPlan(g.runID, n), MessageID(g.runID, n)
 	referrer := ""
 	if r.Link != LinkNone {
 		referrer = r.Link.slug(g.runID)
 	}
-	if err := g.publish(ctx, UpsertEvent(msg, r.User, "Investor", referrer, r.Version, time.Now())); err != nil {
+	return UpsertEvent(msg, r.User, "Investor", referrer, r.Version, time.Now()),
+		Item{Path: PathTopic, Key: msg, Subject: r.User, Seq: n}
+}
+
+// probe times every 50th accepted request from its acknowledgement until
+// its replica is visible, one at a time.
+func (g *topicGen) probe(it Item) {
+	if it.Seq%50 != 0 {
+		return
+	}
+	select {
+	case g.probes <- probe{user: it.Subject, accepted: time.Now()}:
+	default: // a probe is still being timed
+	}
+}
+
+func (g *topicGen) send(ctx context.Context, n int64) (Item, error) {
+	ev, it := g.event(n)
+	if err := g.publish(ctx, ev); err != nil {
 		return Item{}, err
 	}
-	if n%50 == 0 {
-		select {
-		case g.probes <- probe{user: r.User, accepted: time.Now()}:
-		default: // a probe is still being timed
+	g.probe(it)
+	return it, nil
+}
+
+// sendBatch publishes requests first … first+count-1 as one JSON-lines
+// batch: one transaction, the records of a user in request order.
+func (g *topicGen) sendBatch(ctx context.Context, first int64, count int) ([]Item, error) {
+	var body []byte
+	items := make([]Item, count)
+	for i := range count {
+		ev, it := g.event(first + int64(i))
+		line, err := json.Marshal(ev)
+		if err != nil {
+			return nil, err
 		}
+		body = append(append(body, line...), '\n')
+		items[i] = it
 	}
-	return Item{Path: PathTopic, Key: msg, Subject: r.User, Seq: n}, nil
+	var out struct {
+		Records []struct{ Partition, Offset int64 } `json:"records"`
+	}
+	header := http.Header{"Authorization": {"Bearer " + g.api.admin}, "Content-Type": {"application/x-ndjson"}}
+	if err := g.api.do(ctx, http.MethodPost, "/admin/api/topics/"+IdentityTopic+"/messages", header, body, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Records) != count {
+		return nil, fmt.Errorf("a batch of %d records answered with %d positions", count, len(out.Records))
+	}
+	for _, it := range items {
+		g.probe(it)
+	}
+	return items, nil
 }
 
 // background times sampled publishes until their replica is visible
