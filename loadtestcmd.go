@@ -68,6 +68,7 @@ func (a *loadtestArgs) options() []option {
 		{"duration", "", "", "how long to load, e.g. 30s (unset: 10s, or with --count until the count is sent)", a.setDuration},
 		{"count", "", "0", "requests per path (0: until --duration ends)", setCount(&o.Count, 0, "a number of requests, 0 or more")},
 		{"concurrency", "", "0", "connections per path (0: 64 for webhooks, 16 otherwise)", setCount(&o.Concurrency, 0, "a number of connections, 0 or more")},
+		{"batch", "", "1", "records per request of the topic path (1: one JSON object a request; more: one JSON-lines batch, and --rate and --count count records)", setCount(&o.Batch, 1, "a number of records, 1 or more")},
 		{"consume", "", "true", "drain the outbox through /bot/events/pending + ack and time emit → ack (run the instance with --roles that leave out bot)", setBool(&o.Consume)},
 		{"webhook-probes", "", "true", "send a webhook probe every 250 ms and time accepted → handled through the operators' API (false: for an instance without the chat role, such as an ingest benchmark's)", func(v string) error {
 			var probe bool

@@ -15,7 +15,8 @@ type client struct {
 	http        *http.Client
 }
 
-// do sends body (JSON-encoded unless it is []byte) and decodes a 2xx answer
+// do sends body (JSON-encoded unless it is []byte; as application/json
+// unless header says otherwise) and decodes a 2xx answer
 // into out (when not nil). A non-2xx answer is a statusError.
 func (c *client) do(ctx context.Context, method, path string, header http.Header, body, out any) error {
 	var rd io.Reader
@@ -37,7 +38,7 @@ func (c *client) do(ctx context.Context, method, path string, header http.Header
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	if rd != nil {
+	if rd != nil && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)

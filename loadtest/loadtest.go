@@ -113,6 +113,11 @@ type Opts struct {
 	// Concurrency is the number of connections per path (default 64 for
 	// webhooks, 16 otherwise).
 	Concurrency int
+	// Batch is how many records one request of the topic path publishes
+	// (default 1: one JSON object a request); above 1, the records go as
+	// one JSON-lines batch. Rate and Count then count records, and each
+	// record's latency is its request's.
+	Batch int
 	// Consume runs a consumer of the outbox contract that drains what the
 	// outbox path emits and measures emit → acknowledged. Run the instance
 	// without the bot role, or the two consumers share the events.
@@ -193,6 +198,9 @@ type PathReport struct {
 	// EndToEnd is accepted → handled, measured on every item (outbox) or on
 	// probes sent during the run (webhook, topic).
 	EndToEnd Latency
+	// Batch is the records a request carried, when more than 1 (Opts.Batch):
+	// the counts and rates are records', the latencies their requests'.
+	Batch int
 }
 
 // Latency summarises a set of delays.
@@ -237,9 +245,11 @@ func (r *recorder) ok(d time.Duration) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) fail(kind string) {
+func (r *recorder) fail(kind string) { r.failN(kind, 1) }
+
+func (r *recorder) failN(kind string, n int) {
 	r.mu.Lock()
-	r.errors[kind]++
+	r.errors[kind] += int64(n)
 	r.mu.Unlock()
 }
 
@@ -280,6 +290,13 @@ func (r *recorder) report(elapsed time.Duration) PathReport {
 		P50:       l.P50, P95: l.P95, P99: l.P99, Max: l.Max,
 		EndToEnd: summarize(slices.Clone(r.e2e)),
 	}
+}
+
+// batchSender is a generator whose one request can carry several of the
+// load's requests (records): sendBatch makes requests first …
+// first+count-1 and sends them together, returning their items in order.
+type batchSender interface {
+	sendBatch(ctx context.Context, first int64, count int) ([]Item, error)
 }
 
 // generator makes and sends one path's requests.
@@ -440,7 +457,11 @@ func Run(ctx context.Context, opts Opts) (Report, error) {
 
 	rep := Report{Elapsed: elapsed, Intervals: rows.rows}
 	for _, p := range opts.Paths {
-		rep.Paths = append(rep.Paths, recs[p].report(elapsed))
+		pr := recs[p].report(elapsed)
+		if _, ok := gens[p].(batchSender); ok && opts.Batch > 1 {
+			pr.Batch = opts.Batch
+		}
+		rep.Paths = append(rep.Paths, pr)
 	}
 	if opts.Tally && ctx.Err() == nil {
 		t := &Tally{Drained: true}
@@ -459,7 +480,8 @@ func Run(ctx context.Context, opts Opts) (Report, error) {
 // opts.Rate when set, until ctx ends or opts.Count requests were made. The
 // requests are sent with sendCtx, so that the end of the load lets those in
 // flight have their answer: a request the server committed is then never
-// left uncounted (only the end of sendCtx, Run's, abandons them).
+// left uncounted (only the end of sendCtx, Run's, abandons them). A
+// batchSender's requests go opts.Batch to a call.
 func drive(ctx, sendCtx context.Context, opts Opts, g generator, rec *recorder) {
 	conc := opts.Concurrency
 	if conc <= 0 {
@@ -468,36 +490,56 @@ func drive(ctx, sendCtx context.Context, opts Opts, g generator, rec *recorder) 
 			conc = 64
 		}
 	}
+	size := 1
+	bs, batches := g.(batchSender)
+	if batches && opts.Batch > 1 {
+		size = opts.Batch
+	}
 	var lim *rate.Limiter
 	if opts.Rate > 0 {
-		lim = rate.NewLimiter(rate.Limit(opts.Rate), 1)
+		lim = rate.NewLimiter(rate.Limit(opts.Rate), size)
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range conc {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				n := next.Add(1)
-				if opts.Count > 0 && n > int64(opts.Count) {
+				first := next.Add(int64(size)) - int64(size) + 1
+				count := size
+				if opts.Count > 0 {
+					count = min(count, opts.Count-int(first)+1)
+				}
+				if count <= 0 {
 					return
 				}
-				if lim != nil && lim.Wait(ctx) != nil {
+				if lim != nil && lim.WaitN(ctx, count) != nil {
 					return
 				}
-				rec.sent.Add(1)
+				rec.sent.Add(int64(count))
 				t0 := time.Now()
-				item, err := g.send(sendCtx, n)
+				var items []Item
+				var err error
+				if size > 1 {
+					items, err = bs.sendBatch(sendCtx, first, count)
+				} else {
+					var item Item
+					item, err = g.send(sendCtx, first)
+					items = []Item{item}
+				}
 				if err != nil {
 					if sendCtx.Err() != nil {
 						return // the run ended mid-request: not the server's fault
 					}
-					rec.fail(errorKind(err))
+					rec.failN(errorKind(err), count)
 					continue
 				}
-				item.Run, item.Sent, item.Acked = opts.RunID, t0, time.Now()
-				rec.ok(item.Acked.Sub(t0))
-				if opts.OnAccepted != nil {
-					opts.OnAccepted(item)
+				acked := time.Now()
+				for _, item := range items {
+					item.Run, item.Sent, item.Acked = opts.RunID, t0, acked
+					rec.ok(acked.Sub(t0))
+					if opts.OnAccepted != nil {
+						opts.OnAccepted(item)
+					}
 				}
 			}
 		})
@@ -550,6 +592,11 @@ func (r Report) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%-8s %9d %9d %9.0f %8s %8s %8s %8s  %s\n", p.Path, p.Sent, p.Accepted, p.PerSecond,
 			ms(p.P50), ms(p.P95), ms(p.P99), ms(p.Max), errs)
+	}
+	for _, p := range r.Paths {
+		if p.Batch > 1 {
+			fmt.Fprintf(w, "%-8s %d records a request: counts and rates are records, latencies each record's request\n", p.Path, p.Batch)
+		}
 	}
 	fmt.Fprintln(w, "\naccepted → handled")
 	for _, p := range r.Paths {

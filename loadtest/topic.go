@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -173,15 +174,22 @@ func (g *topicGen) publish(ctx context.Context, ev map[string]any) error {
 	return g.api.adminDo(ctx, http.MethodPost, "/admin/api/topics/"+IdentityTopic+"/messages", ev, nil)
 }
 
-func (g *topicGen) send(ctx context.Context, n int64) (Item, error) {
+// event is request n's identity event and the item it becomes once
+// accepted.
+func (g *topicGen) event(n int64) (map[string]any, Item, TopicRequest) {
 	r, msg := g.plan(n), MessageID(g.runID, n)
 	referrer := ""
 	if r.Link != LinkNone {
 		referrer = r.Link.slug(g.runID)
 	}
-	if err := g.publish(ctx, UpsertEvent(msg, r.User, "Investor", referrer, r.Version, time.Now())); err != nil {
-		return Item{}, err
-	}
+	return UpsertEvent(msg, r.User, "Investor", referrer, r.Version, time.Now()),
+		Item{Path: PathTopic, Key: msg, Subject: r.User, Seq: n}, r
+}
+
+// accepted records that request n, r, was published: the soak's newest
+// version per user, and every 50th one timed by a probe from its
+// acknowledgement until its replica is visible, one at a time.
+func (g *topicGen) accepted(n int64, r TopicRequest) {
 	g.published.Add(1)
 	if g.users > 0 {
 		slot := &g.newest[(n-1)%int64(g.users)]
@@ -194,7 +202,46 @@ func (g *topicGen) send(ctx context.Context, n int64) (Item, error) {
 		default: // a probe is still being timed
 		}
 	}
-	return Item{Path: PathTopic, Key: msg, Subject: r.User, Seq: n}, nil
+}
+
+func (g *topicGen) send(ctx context.Context, n int64) (Item, error) {
+	ev, it, r := g.event(n)
+	if err := g.publish(ctx, ev); err != nil {
+		return Item{}, err
+	}
+	g.accepted(n, r)
+	return it, nil
+}
+
+// sendBatch publishes requests first … first+count-1 as one JSON-lines
+// batch: one transaction, the records of a user in request order.
+func (g *topicGen) sendBatch(ctx context.Context, first int64, count int) ([]Item, error) {
+	var body []byte
+	items := make([]Item, count)
+	reqs := make([]TopicRequest, count)
+	for i := range count {
+		ev, it, r := g.event(first + int64(i))
+		line, err := json.Marshal(ev)
+		if err != nil {
+			return nil, err
+		}
+		body = append(append(body, line...), '\n')
+		items[i], reqs[i] = it, r
+	}
+	var out struct {
+		Records []struct{ Partition, Offset int64 } `json:"records"`
+	}
+	header := http.Header{"Authorization": {"Bearer " + g.api.admin}, "Content-Type": {"application/x-ndjson"}}
+	if err := g.api.do(ctx, http.MethodPost, "/admin/api/topics/"+IdentityTopic+"/messages", header, body, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Records) != count {
+		return nil, fmt.Errorf("a batch of %d records answered with %d positions", count, len(out.Records))
+	}
+	for i, it := range items {
+		g.accepted(it.Seq, reqs[i])
+	}
+	return items, nil
 }
 
 // background times sampled publishes until their replica is visible, at

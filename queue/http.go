@@ -8,13 +8,17 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/gorilla/mux"
 
 	"switchyard/httpjson"
@@ -29,7 +33,8 @@ import (
 //	POST /queues/{name}/dlq/{id}/redrive             redrive one
 //	POST /queues/{name}/dlq/purge                    delete the dead letters
 //	GET  /topics                                     topics, partitions, groups with lag
-//	POST /topics/{topic}/messages?key=               publish a JSON object (key: ?key= or its "aggregateId")
+//	POST /topics/{topic}/messages?key=               publish a JSON object (key: ?key= or its "aggregateId"),
+//	                                                 or a batch: a JSON array or application/x-ndjson (handlePublish)
 //	GET  /topics/{topic}/messages?partition=&fromOffset=&limit=   read the retained log
 //	GET  /topics/{topic}/groups                      the topic's groups: lag, active, created
 //	POST /topics/{topic}/groups                      create a group: {"group": "…", "start": "earliest"|"latest"}
@@ -411,34 +416,283 @@ func (a *Admin) handleDeleteGroup(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
+// MaxPublishBatch is the most records one batch publish takes; a batch with
+// more is refused whole with a 413 "too_many_records". The server's body
+// limit (1 MiB by default) caps its bytes.
+const MaxPublishBatch = 1000
+
+// NDJSONType is the media type of a batch of records as JSON lines.
+const NDJSONType = "application/x-ndjson"
+
+// handlePublish publishes one record or a batch. A body sent as
+// application/json that is an object is one record: 202 {"partition",
+// "offset"}. One that is an array, or a body sent as application/x-ndjson
+// (one object a line, blank lines skipped), is a batch of 1 to
+// MaxPublishBatch records published in one transaction, all or none: 202
+// {"records":[{"partition","offset"},…]} in the body's order, or, when any
+// record is not a JSON object or has no key, 400 "invalid_records" listing
+// each bad one by its index (and line) with nothing published. A record's
+// key is ?key= when given, else its string "aggregateId"; the records of a
+// key keep the body's order.
 func (a *Admin) handlePublish(w http.ResponseWriter, r *http.Request) error {
 	topic := mux.Vars(r)["topic"]
-	if _, err := loadTopic(r.Context(), a.db, topic); err != nil {
+	ti, err := loadTopic(r.Context(), a.db, topic)
+	if err != nil {
 		return notFound(err)
 	}
-	var body json.RawMessage
-	if err := httpjson.Decode(r, &body); err != nil {
+	ndjson := isNDJSON(r)
+	if !ndjson {
+		if err := httpjson.RequireJSON(r); err != nil {
+			return err
+		}
+	}
+	body, err := io.ReadAll(r.Body)
+	switch {
+	case errors.As(err, new(*http.MaxBytesError)):
+		return err
+	case httpjson.IsTimeout(err):
+		return httpjson.RequestTimeout()
+	case err != nil:
+		return httpjson.BadRequest("read body: %v", err)
+	}
+	b := batch{queryKey: r.URL.Query().Get("key")}
+	switch {
+	case ndjson:
+		err = b.addLines(body)
+	case bytes.HasPrefix(bytes.TrimLeft(body, jsonSpace), []byte("[")):
+		err = b.addArray(body)
+	default:
+		return a.publishOne(w, r, topic, b.queryKey, body)
+	}
+	if err != nil {
+		return err
+	}
+	if len(b.recs) == 0 {
+		return httpjson.BadRequest("the batch has no records")
+	}
+	if len(b.invalid) > 0 {
+		var out invalidRecordsJSON
+		out.Error.Code = "invalid_records"
+		out.Error.Message = fmt.Sprintf("%d of %d records are invalid; none was published", len(b.invalid), len(b.recs))
+		out.Invalid = b.invalid
+		httpjson.Write(w, http.StatusBadRequest, out)
+		return nil
+	}
+	pos, err := publishBatch(r.Context(), a.db, topic, ti.partitions, b.recs)
+	if err != nil {
+		return notFound(err)
+	}
+	httpjson.Write(w, http.StatusAccepted, map[string]any{"records": pos})
+	return nil
+}
+
+// publishOne is the single-record publish: body is one JSON object.
+func (a *Admin) publishOne(w http.ResponseWriter, r *http.Request, topic, key string, body []byte) error {
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var raw json.RawMessage
+	if err := httpjson.Decode(r, &raw); err != nil {
 		return err
 	}
 	var fields map[string]json.RawMessage
-	if !bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) || json.Unmarshal(body, &fields) != nil {
+	if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) || json.Unmarshal(raw, &fields) != nil {
 		return httpjson.BadRequest("the body must be a JSON object")
 	}
-	key := r.URL.Query().Get("key")
 	if key == "" {
-		if raw, ok := fields["aggregateId"]; ok {
-			_ = json.Unmarshal(raw, &key)
-		}
+		key = aggregateID(fields)
 	}
 	if key == "" {
 		return httpjson.BadRequest(`a key is required: pass ?key= or a non-empty string "aggregateId" in the body`)
 	}
-	pos, err := a.Publish(r.Context(), topic, key, body)
+	pos, err := a.Publish(r.Context(), topic, key, raw)
 	if err != nil {
 		return notFound(err)
 	}
 	httpjson.Write(w, http.StatusAccepted, pos)
 	return nil
+}
+
+// isNDJSON reports whether the request's one Content-Type is
+// application/x-ndjson.
+func isNDJSON(r *http.Request) bool {
+	values := r.Header.Values("Content-Type")
+	if len(values) != 1 {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(values[0])
+	return err == nil && mt == NDJSONType
+}
+
+// aggregateID is the string "aggregateId" of a record's fields, or "".
+func aggregateID(fields map[string]json.RawMessage) string {
+	var id string
+	if raw, ok := fields["aggregateId"]; ok {
+		_ = json.Unmarshal(raw, &id)
+	}
+	return id
+}
+
+// invalidRecordJSON is a record of a batch that cannot be published: its
+// index among the batch's records and, in a JSON-lines body, its line.
+type invalidRecordJSON struct {
+	Index   int    `json:"index"`
+	Line    int    `json:"line,omitempty"`
+	Message string `json:"message"`
+}
+
+// invalidRecordsJSON is the 400 of a batch with invalid records: the usual
+// error body, and the records.
+type invalidRecordsJSON struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+	Invalid []invalidRecordJSON `json:"invalid"`
+}
+
+// batch collects a batch's records in the body's order, checking each.
+type batch struct {
+	queryKey string
+	recs     []KeyValue // an invalid record's is empty, keeping the indexes
+	invalid  []invalidRecordJSON
+}
+
+func tooManyRecords() error {
+	return httpjson.Errorf(http.StatusRequestEntityTooLarge, "too_many_records",
+		"a batch holds at most %d records; split it into several requests", MaxPublishBatch)
+}
+
+// recordOptions make jsontext accept what encoding/json's Unmarshal does
+// (the single-record publish's parser): repeated names, the last one
+// counting, and invalid UTF-8.
+var recordOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
+
+// jsonSpace is JSON's white space (RFC 8259), which alone may surround a
+// value.
+const jsonSpace = " \t\r\n"
+
+// addArray adds the elements of a JSON array, each read once: its bytes
+// as sent become the record's value.
+func (b *batch) addArray(body []byte) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(body), recordOptions...)
+	if _, err := dec.ReadToken(); err != nil { // the '['
+		return httpjson.BadRequest("malformed JSON: %v", err)
+	}
+	for dec.PeekKind() != ']' {
+		if len(b.recs) == MaxPublishBatch {
+			return tooManyRecords()
+		}
+		start := dec.InputOffset()
+		key, object, err := readRecord(dec)
+		if err != nil {
+			return httpjson.BadRequest("malformed JSON at record %d: %v", len(b.recs), err)
+		}
+		b.add(bytes.TrimLeft(body[start:dec.InputOffset()], ","+jsonSpace), key, object, 0)
+	}
+	if _, err := dec.ReadToken(); err != nil { // the ']'
+		return httpjson.BadRequest("malformed JSON: %v", err)
+	}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return httpjson.BadRequest("malformed JSON: more than one value in the body")
+	}
+	return nil
+}
+
+// addLines adds the non-blank lines of a JSON-lines body.
+func (b *batch) addLines(body []byte) error {
+	var (
+		dec jsontext.Decoder
+		in  bytes.Reader
+	)
+	for n := 1; len(body) > 0; n++ {
+		line, rest, _ := bytes.Cut(body, []byte("\n"))
+		body = rest
+		if line = bytes.Trim(line, jsonSpace); len(line) == 0 {
+			continue
+		}
+		if len(b.recs) == MaxPublishBatch {
+			return tooManyRecords()
+		}
+		in.Reset(line)
+		dec.Reset(&in, recordOptions...)
+		key, object, err := readRecord(&dec)
+		if err == nil {
+			if _, err = dec.ReadToken(); errors.Is(err, io.EOF) {
+				err = nil
+			} else if err == nil {
+				err = errors.New("more than one value on the line")
+			}
+		}
+		if err != nil {
+			b.invalid = append(b.invalid, invalidRecordJSON{Index: len(b.recs), Line: n, Message: "malformed JSON: " + err.Error()})
+			b.recs = append(b.recs, KeyValue{})
+			continue
+		}
+		b.add(line, key, object, n)
+	}
+	return nil
+}
+
+// add keeps a record read by readRecord (line is its line, 0 in a JSON
+// array), or its fault.
+func (b *batch) add(raw []byte, aggregateID string, object bool, line int) {
+	key := cmp.Or(b.queryKey, aggregateID)
+	msg := ""
+	switch {
+	case !object:
+		msg = "the record must be a JSON object"
+	case key == "":
+		msg = `a key is required: pass ?key= or a non-empty string "aggregateId" in the record`
+	}
+	if msg != "" {
+		b.invalid = append(b.invalid, invalidRecordJSON{Index: len(b.recs), Line: line, Message: msg})
+		b.recs = append(b.recs, KeyValue{})
+		return
+	}
+	b.recs = append(b.recs, KeyValue{Key: key, Value: raw})
+}
+
+// aggregateIDName is the member a record's key is read from, as it is
+// usually written.
+var aggregateIDName = []byte(`"aggregateId"`)
+
+// readRecord reads one JSON value from dec, checking its syntax: whether
+// it is an object and, if so, its "aggregateId" as the single-record
+// publish reads it (the last such member, when a string, decoded by
+// encoding/json), else "". It is one pass, with no map of the members.
+func readRecord(dec *jsontext.Decoder) (aggregateID string, object bool, err error) {
+	if dec.PeekKind() != '{' {
+		_, err := dec.ReadValue() // a value of another kind, or the error
+		return "", false, err
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return "", false, err
+	}
+	var id []byte
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadValue()
+		if err != nil {
+			return "", false, err
+		}
+		match := bytes.Equal(name, aggregateIDName)
+		if !match && bytes.IndexByte(name, '\\') >= 0 { // an escaped name
+			unquoted, err := jsontext.AppendUnquote(nil, name)
+			match = err == nil && string(unquoted) == "aggregateId"
+		}
+		v, err := dec.ReadValue()
+		if err != nil {
+			return "", false, err
+		}
+		if match {
+			id = append(id[:0], v...)
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return "", false, err
+	}
+	if len(id) > 0 && id[0] == '"' {
+		_ = json.Unmarshal(id, &aggregateID)
+	}
+	return aggregateID, true, nil
 }
 
 type recordJSON struct {
