@@ -86,7 +86,7 @@ func (s *Subscription) processChunk(p *partState, items []*entry) chunkResult {
 	ctx := context.WithoutCancel(s.hctx)
 	r.err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		r.committed, err = s.applyChunk(ctx, tx, p.id, ran, outs, true)
+		r.committed, err = s.applyChunk(ctx, tx, p.id, ran, outs)
 		return err
 	})
 	for j, i := range at {

@@ -77,7 +77,7 @@ func TestLeaseFence(t *testing.T) {
 			oldErr := make(chan error, 1)
 			go func() {
 				oldErr <- db.Tx(ctx, func(tx *sql.Tx) error {
-					_, err := old.applyChunk(ctx, tx, 0, []*entry{{rec: recs[0]}}, make([]recOutcome, 1), true)
+					_, err := old.applyChunk(ctx, tx, 0, []*entry{{rec: recs[0]}}, make([]recOutcome, 1))
 					return err
 				})
 			}()

@@ -79,14 +79,14 @@ func TestOverlappingOwners(t *testing.T) {
 		newErr := make(chan error, 1)
 		go func() {
 			newErr <- db.Tx(ctx, func(tx *sql.Tx) error {
-				_, err := newOwner.applyChunk(ctx, tx, 0, []*entry{{rec: recs[0]}, {rec: recs[1]}}, make([]recOutcome, 2), true)
+				_, err := newOwner.applyChunk(ctx, tx, 0, []*entry{{rec: recs[0]}, {rec: recs[1]}}, make([]recOutcome, 2))
 				return err
 			})
 		}()
 		<-newHolds
 		var oldOut [1]recOutcome
 		oldErr := db.Tx(ctx, func(tx *sql.Tx) error {
-			_, err := oldOwner.applyChunk(ctx, tx, 0, []*entry{{rec: recs[1]}}, oldOut[:], true)
+			_, err := oldOwner.applyChunk(ctx, tx, 0, []*entry{{rec: recs[1]}}, oldOut[:])
 			return err
 		})
 		close(oldDone)

@@ -616,45 +616,24 @@ func (s *Subscription) runChunk(p *partState, items []*entry) {
 	}
 	r := chunkResult{part: p, items: items, outs: make([]recOutcome, len(items)), committed: -1}
 	ctx := context.WithoutCancel(s.hctx)
-	// First the chunk's records run without a savepoint each (a savepoint
-	// and its release are two statements per record, and SQLite copies the
-	// pages a savepoint's writes touch). When one of them fails, that run
-	// of the transaction function is thrown away whole — its writes, its
-	// publishes and what its handlers gave AfterCommit and BeforeCommit —
-	// and the chunk runs again in a new one, each record in its savepoint,
-	// so the failed record alone is rolled back and retried.
-	isolate := false
-	run := func(tx *sql.Tx) error {
+	r.err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		r.committed, err = s.applyChunk(ctx, tx, p.id, items, r.outs, isolate)
+		r.committed, err = s.applyChunk(ctx, tx, p.id, items, r.outs)
 		return err
-	}
-	r.err = s.db.Tx(ctx, run)
-	if errors.Is(r.err, errIsolate) {
-		isolate = true
-		r.err = s.db.Tx(ctx, run)
-	}
+	})
 	s.results <- r
 }
 
-// errIsolate ends the run of a chunk's transaction function whose records
-// ran without savepoints when one of them failed: the chunk runs again with
-// a savepoint per record (runChunk).
-var errIsolate = errors.New("queue: a record of the chunk failed; run it again with a savepoint per record")
-
-// applyChunk runs each record's handler, in offset order, then records the
-// outcome in the same transaction: the offset commit on success, the retry
-// state or the dead letter on failure. With isolate, each record runs in its
-// own savepoint, and a record whose key failed earlier in the chunk is
-// skipped; without it, the records run without savepoints and the first
-// failure returns errIsolate, for the caller to throw the run away and run
-// the chunk again with isolate. Its last step, just before the commit, is
-// the lease fence: when the partition's lease is no longer this
-// subscriber's, the transaction fails with errLeaseLost and nothing is
-// committed.
+// applyChunk runs each record's handler in its own savepoint, in offset
+// order, then records the outcome in the same transaction: the offset
+// commit on success, the retry state or the dead letter on failure. A
+// record whose key failed earlier in the chunk is skipped. Its last step,
+// just before the commit, is the lease fence: when the partition's lease is
+// no longer this subscriber's, the transaction fails with errLeaseLost and
+// nothing is committed.
 // It returns the partition's committed offset after folding the finished
 // records into it.
-func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int, items []*entry, outs []recOutcome, isolate bool) (int64, error) {
+func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int, items []*entry, outs []recOutcome) (int64, error) {
 	now := s.db.Now()
 	w := newWriter(ctx, tx, s.db)
 	if err := lockGroupPartition(w, s.t.name, s.group, partition); err != nil {
@@ -668,22 +647,6 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 		out := &outs[i]
 		*out = recOutcome{kind: outcomeSkipped, attempts: rec.Attempt}
 		if halt || failed[rec.Key] {
-			continue
-		}
-		if !isolate {
-			// The handler's publishes and after-commit functions go to the
-			// transaction's run directly: they are kept or thrown away with
-			// it, so no scope is needed.
-			start := time.Now()
-			herr := s.call(tx, e, rec)
-			out.dur = time.Since(start)
-			if herr == nil {
-				herr = s.markFinished(w, e)
-			}
-			if herr != nil {
-				return 0, fmt.Errorf("%w: record %d:%d: %w", errIsolate, rec.Partition, rec.Offset, herr)
-			}
-			out.kind = outcomeDone
 			continue
 		}
 		if _, err := w.exec(savepointQuery); err != nil {
