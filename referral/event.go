@@ -266,7 +266,7 @@ func outgoingMessageID(t MessageType, bond BondID) string {
 // bondCreatedEvent builds ReferralBondCreatedKafkaEvent for b, caused by the
 // identity event m at time now.
 func bondCreatedEvent(m meta, b Bond, channel string, now time.Time) ([]byte, error) {
-	payload, err := json.Marshal(BondCreatedPayload{
+	return outgoingEnvelope(m, TypeBondCreated, b, now, BondCreatedPayload{
 		BondId:         string(b.ID),
 		ReferredUserId: string(b.ReferredUserID),
 		ReferrerUserId: string(b.ReferrerUserID),
@@ -277,16 +277,27 @@ func bondCreatedEvent(m meta, b Bond, channel string, now time.Time) ([]byte, er
 		Status:         string(b.Status),
 		Channel:        channel,
 	})
-	if err != nil {
-		return nil, err
-	}
-	return outgoingEnvelope(m, TypeBondCreated, b, now, payload)
+}
+
+// outEnvelope is Envelope with its payload as a value, encoded in the same
+// pass: an Envelope's json.RawMessage payload would be encoded first, then
+// read again and compacted.
+type outEnvelope[P any] struct {
+	MessageID       string      `json:"messageId"`
+	Type            MessageType `json:"type"`
+	ContractVersion int         `json:"contractVersion"`
+	AggregateID     string      `json:"aggregateId"`
+	AggregateType   string      `json:"aggregateType"`
+	OccurredAt      time.Time   `json:"occurredAt"`
+	CorrelationID   string      `json:"correlationId,omitempty"`
+	CausationID     string      `json:"causationId,omitempty"`
+	Payload         P           `json:"payload"`
 }
 
 // outgoingEnvelope wraps the payload of an event about bond b, caused by the
 // incoming message m, in the topic envelope.
-func outgoingEnvelope(m meta, typ MessageType, b Bond, now time.Time, payload json.RawMessage) ([]byte, error) {
-	return json.Marshal(Envelope{
+func outgoingEnvelope[P any](m meta, typ MessageType, b Bond, now time.Time, payload P) ([]byte, error) {
+	return json.Marshal(outEnvelope[P]{
 		MessageID:       outgoingMessageID(typ, b.ID),
 		Type:            typ,
 		ContractVersion: ContractVersion,
@@ -302,7 +313,7 @@ func outgoingEnvelope(m meta, typ MessageType, b Bond, now time.Time, payload js
 // leadAttachRequestedEvent builds ReferralLeadAttachRequestedKafkaEvent for b
 // created through link l.
 func leadAttachRequestedEvent(m meta, b Bond, l Link, now time.Time) ([]byte, error) {
-	payload, err := json.Marshal(LeadAttachRequestedPayload{
+	return outgoingEnvelope(m, TypeLeadAttachRequested, b, now, LeadAttachRequestedPayload{
 		InvestorUserId: string(b.ReferredUserID),
 		AgentUserId:    string(l.OwnerUserID),
 		AgentCompanyId: l.TenantID,
@@ -312,8 +323,4 @@ func leadAttachRequestedEvent(m meta, b Bond, l Link, now time.Time) ([]byte, er
 		BondId:         string(b.ID),
 		RequestedAt:    now,
 	})
-	if err != nil {
-		return nil, err
-	}
-	return outgoingEnvelope(m, TypeLeadAttachRequested, b, now, payload)
 }
