@@ -330,7 +330,9 @@ func wireRetention(w wiring, qa *queue.Admin, be *backend.Service, ref *referral
 		return retention.Rule{Name: name, Option: "--retention-" + name, Keep: keep, Parts: parts}
 	}
 	onboardingPrune := func(f func(context.Context, *store.DB, time.Time, int) (int64, error)) retention.PruneFunc {
-		return func(ctx context.Context, cutoff time.Time, limit int) (int64, error) { return f(ctx, db, cutoff, limit) }
+		return func(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+			return f(ctx, db, cutoff, limit)
+		}
 	}
 	rules := []retention.Rule{
 		rule("webhook-ledger", r.WebhookLedger, retention.Part{Table: "omni_inbound_events", Prune: chat.PruneInboundLedger}),

@@ -46,7 +46,9 @@ func setup(t *testing.T) *bundle {
 	chat := omni.NewAdmin(omni.AdminOpts{DB: db})
 	outbox := backend.NewOutbox(backend.OutboxOpts{DB: db})
 	withDB := func(f func(context.Context, *store.DB, time.Time, int) (int64, error)) retention.PruneFunc {
-		return func(ctx context.Context, cutoff time.Time, limit int) (int64, error) { return f(ctx, db, cutoff, limit) }
+		return func(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+			return f(ctx, db, cutoff, limit)
+		}
 	}
 	rule := func(name string, keep time.Duration, table string, f retention.PruneFunc) retention.Rule {
 		checked := func(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
