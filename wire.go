@@ -335,14 +335,14 @@ func wireRetention(w wiring, qa *queue.Admin, be *backend.Service, ref *referral
 		}
 	}
 	rules := []retention.Rule{
-		rule("webhook-ledger", r.WebhookLedger, retention.Part{Table: "omni_inbound_events", Prune: chat.PruneInboundLedger}),
-		rule("dead-letters", r.DeadLetters, retention.Part{Table: "queue_dead", Prune: qa.PruneDeadLetters}),
-		rule("outbox", r.Outbox, retention.Part{Table: "bot_event_outbox", Prune: be.Outbox().PruneProcessed}),
-		rule("referral-marks", r.ReferralMarks, retention.Part{Table: "referral_processed_messages", Prune: ref.PruneMarks}),
-		rule("topic-records", r.TopicRecords, retention.Part{Table: "queue_topic_log", Prune: qa.PruneTopicRecords}),
-		rule("bot-updates", r.BotUpdates, retention.Part{Table: "bot_updates", Prune: onboardingPrune(onboarding.PruneUpdates)}),
-		rule("deliveries", r.Deliveries, retention.Part{Table: "bot_deliveries", Prune: onboardingPrune(onboarding.PruneDeliveries)}),
-		rule("chat-messages", r.ChatMessages, retention.Part{Table: "omni_messages", Prune: chat.PruneMessages}),
+		rule("webhook-ledger", r.WebhookLedger, retention.Part{Table: omni.LedgerTable, Prune: chat.PruneInboundLedger}),
+		rule("dead-letters", r.DeadLetters, retention.Part{Table: queue.DeadLettersTable, Prune: qa.PruneDeadLetters}),
+		rule("outbox", r.Outbox, retention.Part{Table: backend.OutboxTable, Prune: be.Outbox().PruneProcessed}),
+		rule("referral-marks", r.ReferralMarks, retention.Part{Table: referral.MarksTable, Prune: ref.PruneMarks}),
+		rule("topic-records", r.TopicRecords, retention.Part{Table: queue.TopicLogTable, Prune: qa.PruneTopicRecords}),
+		rule("bot-updates", r.BotUpdates, retention.Part{Table: onboarding.UpdatesTable, Prune: onboardingPrune(onboarding.PruneUpdates)}),
+		rule("deliveries", r.Deliveries, retention.Part{Table: onboarding.DeliveriesTable, Prune: onboardingPrune(onboarding.PruneDeliveries)}),
+		rule("chat-messages", r.ChatMessages, retention.Part{Table: omni.MessagesTable, Prune: chat.PruneMessages}),
 	}
 	log := w.log.With(slog.String("subsystem", "retention"))
 	if keep := r.WebhookLedger; keep > 0 && keep < 24*time.Hour {

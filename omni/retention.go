@@ -9,6 +9,12 @@ import (
 	"switchyard/store"
 )
 
+// Tables the retention runner prunes here, for its console.
+const (
+	LedgerTable   = "omni_inbound_events"
+	MessagesTable = "omni_messages"
+)
+
 // What the retention runner (retention/) prunes of the chat platform: the
 // chat role's dedup ledger, and — when the operator asks for it — the chat
 // history. Each call is one transaction of at most limit rows, taken

@@ -10,6 +10,12 @@ import (
 	"switchyard/store"
 )
 
+// Tables the retention runner prunes here, for its console.
+const (
+	DeadLettersTable = "queue_dead"
+	TopicLogTable    = "queue_topic_log"
+)
+
 // What the retention runner (retention/) prunes of the queues and topics:
 // dead letters, and topic records every group has finished. Each call is
 // one transaction of at most limit rows, oldest first.

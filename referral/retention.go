@@ -10,6 +10,9 @@ import (
 	"switchyard/store"
 )
 
+// MarksTable is the table PruneMarks prunes, for the retention console.
+const MarksTable = "referral_processed_messages"
+
 // forgettable are the outcomes whose message, applied again without its
 // mark, does nothing whatever happened since: the version guard refuses its
 // replica change (a replica's version only grows), and its referral is

@@ -9,6 +9,9 @@ import (
 	"switchyard/store"
 )
 
+// OutboxTable is the table PruneProcessed prunes, for the retention console.
+const OutboxTable = "bot_event_outbox"
+
 const pruneProcessedQuery = `
 	delete from bot_event_outbox
 	where id in (select id from bot_event_outbox where processed_at < ? order by processed_at, id limit ?)

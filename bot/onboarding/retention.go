@@ -9,6 +9,12 @@ import (
 	"switchyard/store"
 )
 
+// Tables the retention runner prunes here, for its console.
+const (
+	UpdatesTable    = "bot_updates"
+	DeliveriesTable = "bot_deliveries"
+)
+
 // What the retention runner (retention/) prunes of the onboarding bot's
 // history, in any process (the bot role need not run there): each call is
 // one transaction of at most limit rows, oldest first by an indexed column.
