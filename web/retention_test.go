@@ -1,15 +1,16 @@
 package web_test
 
 import (
-	"database/sql"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"switchyard/bot/backend"
+	"switchyard/bot/contract"
 	"switchyard/omni"
 	"switchyard/retention"
-	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web"
 )
@@ -18,31 +19,34 @@ import (
 // retention rule's setting and what its last pass removed.
 func TestOverviewRetention(t *testing.T) {
 	t.Parallel()
-	db := storetest.New(t)
-	chat := omni.NewAdmin(omni.AdminOpts{DB: db})
-	old := store.TS(db.Now().Add(-10 * 24 * time.Hour))
-	if err := db.Tx(t.Context(), func(tx *sql.Tx) error {
-		for _, k := range []string{"a", "b", "c"} {
-			if _, err := tx.ExecContext(t.Context(), `insert into omni_inbound_events (idempotency_key, event_type, outcome, occurred_at, received_at, applied_at)
-				values (?, 'message', 'applied', ?, ?, ?)`, k, old, old, old); err != nil {
-				return err
-			}
+	db, clock := storetest.NewWithClock(t)
+	ctx := t.Context()
+	ob := backend.NewOutbox(backend.OutboxOpts{DB: db})
+	var ids []contract.EventID
+	for uid := range contract.UID(3) {
+		id, err := ob.Emit(ctx, backend.NewEvent{Type: contract.EventRegistered, Target: backend.Target{MagnetUID: uid + 1},
+			Payload: json.RawMessage(`{"leaderUid":1,"phone":"+79991231234"}`)})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}); err != nil {
+		ids = append(ids, id)
+	}
+	if _, err := ob.Ack(ctx, contract.AckRequest{ProcessedIDs: ids}); err != nil {
 		t.Fatal(err)
 	}
+	clock.Advance(8 * 24 * time.Hour)
+	chat := omni.NewAdmin(omni.AdminOpts{DB: db})
 	rt := retention.New(retention.Opts{DB: db, Rules: []retention.Rule{
-		{Name: "webhook-ledger", Option: "--retention-webhook-ledger", Keep: 7 * 24 * time.Hour,
-			Parts: []retention.Part{{Table: "omni_inbound_events", Prune: chat.PruneInboundLedger}}},
+		{Name: "outbox", Option: "--retention-outbox", Keep: 7 * 24 * time.Hour,
+			Parts: []retention.Part{{Table: backend.OutboxTable, Prune: ob.PruneProcessed}}},
 		{Name: "chat-messages", Option: "--retention-chat-messages",
-			Parts: []retention.Part{{Table: "omni_messages", Prune: chat.PruneMessages}}},
+			Parts: []retention.Part{{Table: omni.MessagesTable, Prune: chat.PruneMessages}}},
 	}})
 	c := newConsole(t, web.Options{DB: db, Retention: rt})
 
 	doc := c.get(t, "/admin/", http.StatusOK)
-	if got := strings.TrimSpace(doc.Find(`[data-testid="retention-webhook-ledger"] td`).Eq(3).Text()); got != "not run yet" {
-		t.Fatalf("before any pass the ledger rule shows %q, want not run yet", got)
+	if got := strings.TrimSpace(doc.Find(`[data-testid="retention-outbox"] td`).Eq(3).Text()); got != "not run yet" {
+		t.Fatalf("before any pass the outbox rule shows %q, want not run yet", got)
 	}
 	if _, err := rt.Pass(t.Context()); err != nil {
 		t.Fatal(err)
@@ -52,9 +56,9 @@ func TestOverviewRetention(t *testing.T) {
 	if size == "" || size == "0 B" || strings.TrimSpace(doc.Find(`[data-testid="database-free"]`).Text()) == "" {
 		t.Fatalf("database space = %q", strings.TrimSpace(doc.Find(`[data-testid="database-space"]`).Text()))
 	}
-	row := doc.Find(`[data-testid="retention-webhook-ledger"]`)
+	row := doc.Find(`[data-testid="retention-outbox"]`)
 	if keep, removed := strings.TrimSpace(row.Find(`[data-testid="retention-keep"]`).Text()), strings.TrimSpace(row.Find(`[data-testid="retention-removed"]`).Text()); keep != "7d" || removed != "3" {
-		t.Fatalf("ledger rule shows keep %q, removed %q; want 7d and 3", keep, removed)
+		t.Fatalf("outbox rule shows keep %q, removed %q; want 7d and 3", keep, removed)
 	}
 	if l := strings.TrimSpace(row.Find(`[data-testid="retention-longest"]`).Text()); !strings.HasSuffix(l, " ms") {
 		t.Fatalf("longest batch = %q", l)
