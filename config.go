@@ -50,6 +50,10 @@ type config struct {
 	// channel chats (omni.GroupChats).
 	OmniGroupChats omni.GroupChats
 
+	// Retention: how long each kind of row that grows with traffic is
+	// kept (0: for ever), and how often the prune runs (wireRetention).
+	Retention retentionConfig
+
 	// Secrets come from the environment only (flags show up in ps), or are
 	// generated on first start and kept in the database.
 	AdminToken       string
@@ -80,7 +84,8 @@ func (c *config) options(scope string) []option {
 	}
 	opts = append(opts, c.serveOptions()...)
 	opts = append(opts, c.telegramOptions()...)
-	return append(opts, c.httpOptions()...)
+	opts = append(opts, c.httpOptions()...)
+	return append(opts, c.Retention.options()...)
 }
 
 // storeOptions are the database's and the log's.
@@ -139,6 +144,28 @@ func (c *config) httpOptions() []option {
 			c.TrustedProxies = p
 			return nil
 		}},
+	}
+}
+
+// retentionConfig is the retention runner's settings.
+type retentionConfig struct {
+	WebhookLedger, DeadLetters, Outbox, ReferralMarks, TopicRecords, BotUpdates, Deliveries, ChatMessages time.Duration
+	Interval                                                                                              time.Duration
+}
+
+// options are the retention rules' (retention/, wired by wireRetention).
+func (r *retentionConfig) options() []option {
+	keep := " (a duration; 0 keeps them for ever)"
+	return []option{
+		{"retention-webhook-ledger", "SWITCHYARD_RETENTION_WEBHOOK_LEDGER", "168h", "how long the chat role's webhook dedup ledger (omni_inbound_events) keeps an update; keep it at least 24h, as long as Telegram may deliver an update again" + keep, setDuration(&r.WebhookLedger)},
+		{"retention-dead-letters", "SWITCHYARD_RETENTION_DEAD_LETTERS", "720h", "how long dead letters of queues and consumer groups stay for an operator to redrive" + keep, setDuration(&r.DeadLetters)},
+		{"retention-outbox", "SWITCHYARD_RETENTION_OUTBOX", "168h", "how long acknowledged bot_event_outbox events are kept" + keep, setDuration(&r.Outbox)},
+		{"retention-referral-marks", "SWITCHYARD_RETENTION_REFERRAL_MARKS", "720h", "how long the referral consumer's idempotency marks are kept (only those whose message would change nothing again go)" + keep, setDuration(&r.ReferralMarks)},
+		{"retention-topic-records", "SWITCHYARD_RETENTION_TOPIC_RECORDS", "168h", "how long topic records are kept once every consumer group has finished them; replaces each topic's declared retention" + keep, setDuration(&r.TopicRecords)},
+		{"retention-bot-updates", "SWITCHYARD_RETENTION_BOT_UPDATES", "168h", "how long the onboarding bot keeps handled Telegram updates (bot_updates)" + keep, setDuration(&r.BotUpdates)},
+		{"retention-deliveries", "SWITCHYARD_RETENTION_DELIVERIES", "720h", "how long the record of a delivered onboarding-bot DM (bot_deliveries) is kept" + keep, setDuration(&r.Deliveries)},
+		{"retention-chat-messages", "SWITCHYARD_RETENTION_CHAT_MESSAGES", "0", "how long finished chat messages are kept (each thread keeps its newest inbound and outbound one)" + keep, setDuration(&r.ChatMessages)},
+		{"retention-interval", "SWITCHYARD_RETENTION_INTERVAL", "1m", "how often the prune pass runs (in one process of the database at a time)", setPositiveDuration(&r.Interval, "1m")},
 	}
 }
 

@@ -108,6 +108,8 @@ func commands() []command {
 			more:    "It takes serve's options too, never talks to real Telegram (the bot tokens must be unset), and fails when the run failed."},
 		{name: "backup", args: "DEST", summary: "write an online backup of the SQLite file", options: configOptions("backup"), run: backupCmd,
 			more: "It is safe while an instance serves from the database; DEST must not exist. On PostgreSQL it refuses: back up with pg_dump."},
+		{name: "vacuum", summary: "switch the SQLite file to incremental auto-vacuum and compact it", options: configOptions("vacuum"), run: vacuumCmd,
+			more: "A file created before auto_vacuum=INCREMENTAL needs it once, so that pruned space goes back to the disk; VACUUM holds the writer for as long as it copies the file (serving instances wait) and needs free disk space of the file's size. On PostgreSQL it refuses: autovacuum reuses the space."},
 		{name: "check", summary: "check the SQLite file's integrity", options: func() []option { return new(checkArgs).options() }, run: checkCmd,
 			more: "It exits non-zero when the file is damaged. On PostgreSQL it refuses: the server's pg_amcheck checks its tables and indexes."},
 		{name: "loadtest", summary: "drive a running instance through its public paths and report throughput and latency",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"switchyard/authlimit"
 	"switchyard/bot/backend"
@@ -12,6 +13,7 @@ import (
 	"switchyard/omni"
 	"switchyard/queue"
 	"switchyard/referral"
+	"switchyard/retention"
 	"switchyard/store"
 	"switchyard/telegram"
 	tgsandbox "switchyard/telegram/sandbox"
@@ -96,11 +98,13 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	}
 	chat, chatPart := wireChat(w, sb)
 	dw, demoPart := wireDemo(w, sb, run)
+	rt, retentionPart := wireRetention(w, queues, be, ref, chat)
 
 	// The console's domain objects; a page whose object is unset says its
 	// subsystem is not wired in this process.
 	wo := consoleOptions(w)
 	wo.Queues, wo.Outbox, wo.Referral, wo.Chat = queues, be.Outbox(), ref, chat
+	wo.Retention = rt
 	// The funnel's counts are read from the database in any process.
 	wo.Funnel = onboarding.NewStats(w.db)
 	if ob != nil {
@@ -114,7 +118,7 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	if dw != nil {
 		wo.Demo = demoSwitch{ctl: dw.Controller(), log: log.With(slog.String("subsystem", "demo"))}
 	}
-	return assemble(wo, queuesPart, sandboxPart, botPart, referralPart, chatPart, demoPart), nil
+	return assemble(wo, queuesPart, sandboxPart, botPart, referralPart, chatPart, demoPart, retentionPart), nil
 }
 
 // consoleOptions are the console's own settings, before the subsystems'
@@ -149,7 +153,8 @@ func assemble(wo web.Options, parts ...part) *app {
 // wireQueues wires queues and topics: the operator API, the console's Queues
 // page, and the janitor that applies retention.
 func wireQueues(w wiring) (*queue.Admin, part) {
-	qa := queue.NewAdmin(queue.AdminOpts{DB: w.db, Logger: w.log.With(slog.String("subsystem", "queue"))})
+	// Topic records are the retention runner's (wireRetention).
+	qa := queue.NewAdmin(queue.AdminOpts{DB: w.db, LeaveRecords: true, Logger: w.log.With(slog.String("subsystem", "queue"))})
 	return qa, part{
 		admin: []web.RoutesFunc{qa.AdminRoutes},
 		workers: []worker{workerFunc{"queue-janitor", func(ctx context.Context) error {
@@ -314,4 +319,36 @@ func wireDemo(w wiring, sb *sandbox, run *demoRun) (*demoWorker, part) {
 		return nil, part{}
 	}
 	return dw, part{workers: []worker{dw}}
+}
+
+// wireRetention wires the retention runner (retention/): every process runs
+// it, one at a time prunes, each rule by its --retention-* option.
+func wireRetention(w wiring, qa *queue.Admin, be *backend.Service, ref *referral.Service, chat *omni.Admin) (*retention.Runner, part) {
+	r := w.cfg.Retention
+	db := w.db
+	rule := func(name string, keep time.Duration, parts ...retention.Part) retention.Rule {
+		return retention.Rule{Name: name, Option: "--retention-" + name, Keep: keep, Parts: parts}
+	}
+	onboardingPrune := func(f func(context.Context, *store.DB, time.Time, int) (int64, error)) retention.PruneFunc {
+		return func(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+			return f(ctx, db, cutoff, limit)
+		}
+	}
+	rules := []retention.Rule{
+		rule("webhook-ledger", r.WebhookLedger, retention.Part{Table: omni.LedgerTable, Prune: chat.PruneInboundLedger}),
+		rule("dead-letters", r.DeadLetters, retention.Part{Table: queue.DeadLettersTable, Prune: qa.PruneDeadLetters}),
+		rule("outbox", r.Outbox, retention.Part{Table: backend.OutboxTable, Prune: be.Outbox().PruneProcessed}),
+		rule("referral-marks", r.ReferralMarks, retention.Part{Table: referral.MarksTable, Prune: ref.PruneMarks}),
+		rule("topic-records", r.TopicRecords, retention.Part{Table: queue.TopicLogTable, Prune: qa.PruneTopicRecords}),
+		rule("bot-updates", r.BotUpdates, retention.Part{Table: onboarding.UpdatesTable, Prune: onboardingPrune(onboarding.PruneUpdates)}),
+		rule("deliveries", r.Deliveries, retention.Part{Table: onboarding.DeliveriesTable, Prune: onboardingPrune(onboarding.PruneDeliveries)}),
+		rule("chat-messages", r.ChatMessages, retention.Part{Table: omni.MessagesTable, Prune: chat.PruneMessages}),
+	}
+	log := w.log.With(slog.String("subsystem", "retention"))
+	if keep := r.WebhookLedger; keep > 0 && keep < 24*time.Hour {
+		log.Warn("the webhook ledger is kept for less than the 24 hours Telegram may deliver an update again; receiver.flow's idempotency keys still refuse a second webhook of an update for 7 days",
+			slog.Duration("retention", keep))
+	}
+	rt := retention.New(retention.Opts{DB: db, Rules: rules, Interval: r.Interval, Logger: log})
+	return rt, part{workers: []worker{rt}}
 }

@@ -15,6 +15,7 @@
 //	00010 omni: the reason an inbound event was ignored
 //	00011 bot: the onboarding bot's calls move to the queue onboarding.dm
 //	00012 bot: indexes of the outbox's operator filters
+//	00013 indexes of the retention runner's prunes
 //
 // The postgres/ folder holds the same versions, file for file, for
 // PostgreSQL (PostgresFS): the same tables, columns, keys and indexes, with

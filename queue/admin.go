@@ -22,6 +22,11 @@ type AdminOpts struct {
 	FailureRetention time.Duration
 	// JanitorInterval is how often RunJanitor prunes (default 1 min).
 	JanitorInterval time.Duration
+	// LeaveRecords makes Prune leave topic records alone, for a process
+	// whose retention runner prunes them with PruneTopicRecords by one
+	// retention for every topic (--retention-topic-records) instead of the
+	// retention each topic was declared with.
+	LeaveRecords bool
 	// Logger gets operator actions and janitor results; nil discards.
 	Logger *slog.Logger
 }
@@ -795,6 +800,9 @@ func (a *Admin) Prune(ctx context.Context) (PruneResult, error) {
 	topics, err := a.topicStats(ctx)
 	if err != nil {
 		return res, err
+	}
+	if a.opts.LeaveRecords {
+		topics = nil
 	}
 	for _, t := range topics {
 		cutoff := store.TS(now.Add(-t.Retention))

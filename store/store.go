@@ -152,6 +152,9 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 
 	pragmas := []string{
 		fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()),
+		// Before the first table is created, so a new file reuses and
+		// returns freed pages (space.go); a no-op on an existing file.
+		"auto_vacuum(INCREMENTAL)",
 		"journal_mode(WAL)",
 		"foreign_keys(ON)",
 		"synchronous(" + sync + ")",

@@ -27,6 +27,9 @@ type overviewModel struct {
 	QueueDepth, QueueDead int64
 	// Demo is the simulator's state; nil when this process has none.
 	Demo *DemoStatus
+	// Retention is the database's space and the retention rules; nil
+	// without a retention runner.
+	Retention *retentionModel
 }
 
 // botSummary is the bot outbox's card.
@@ -93,6 +96,9 @@ func (s *Server) overviewModel(r *http.Request) (overviewModel, error) {
 		m.Referral.Lag, m.Referral.DLQ, m.Referral.OldestAge = g.Lag, g.Dead, g.OldestAge
 	}
 	if m.Chat, err = s.chatSummary(ctx, now); err != nil {
+		return m, err
+	}
+	if m.Retention, err = s.retentionView(ctx, now); err != nil {
 		return m, err
 	}
 	return m, nil

@@ -80,6 +80,9 @@ type Options struct {
 	Sandbox sandboxOps
 	// Demo is the traffic simulator's switch; nil hides it.
 	Demo DemoTraffic
+	// Retention is the retention runner (*retention.Runner): the database's
+	// size and what each rule removed last, on the Overview; nil hides them.
+	Retention retentionOps
 }
 
 // Server is the HTTP handler of a Switchyard process.

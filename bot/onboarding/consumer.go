@@ -341,8 +341,6 @@ func (o *Bot) afterBatch(ctx context.Context, events []contract.Event, res batch
 // PruneResult counts what a prune deleted.
 type PruneResult struct {
 	ProcessedEvents int64 `json:"processedEvents"`
-	Updates         int64 `json:"updates"`
-	Deliveries      int64 `json:"deliveries"`
 }
 
 // scheduledPrune is the daily prune job, single-flight across the
@@ -374,36 +372,25 @@ func (o *Bot) scheduledPrune(ctx context.Context) {
 
 // prune is the spec's ProcessedPruneService (daily at midnight): it deletes
 // bot_processed_events rows older than RETENTION_DAYS by the store's clock —
-// safe because the backend never hands out an acked event again — and, with
-// the same retention, handled Telegram updates and recorded deliveries. The
-// DMs that failed are DMQueue's dead letters, which stay until an operator
-// redrives or purges them.
+// safe because the backend never hands out an acked event again. The bot's
+// other history — handled Telegram updates and recorded deliveries — is the
+// retention runner's (retention.go: PruneUpdates, PruneDeliveries), in
+// small batches by its own options. The DMs that failed are DMQueue's dead
+// letters, pruned with the other dead letters.
 func (o *Bot) prune(ctx context.Context) (PruneResult, error) {
 	var res PruneResult
 	err := o.db.Tx(ctx, func(tx *sql.Tx) error {
 		cutoff := store.TS(o.db.Now().AddDate(0, 0, -RETENTION_DAYS))
-		for _, step := range []struct {
-			q string
-			n *int64
-		}{
-			{`delete from bot_processed_events where processed_at < ?`, &res.ProcessedEvents},
-			{`delete from bot_updates where status in ('done', 'failed') and done_at < ?`, &res.Updates},
-			{`delete from bot_deliveries where delivered_at < ?`, &res.Deliveries},
-		} {
-			r, err := tx.ExecContext(ctx, step.q, cutoff)
-			if err != nil {
-				return fmt.Errorf("prune: %w", err)
-			}
-			if *step.n, err = r.RowsAffected(); err != nil {
-				return err
-			}
+		r, err := tx.ExecContext(ctx, `delete from bot_processed_events where processed_at < ?`, cutoff)
+		if err != nil {
+			return fmt.Errorf("prune: %w", err)
 		}
-		return nil
+		res.ProcessedEvents, err = r.RowsAffected()
+		return err
 	})
 	if err != nil {
 		return PruneResult{}, err
 	}
-	o.log.Info("onboarding bot pruned", slog.Int64("processed_events", res.ProcessedEvents),
-		slog.Int64("updates", res.Updates), slog.Int64("deliveries", res.Deliveries), slog.Int("retention_days", RETENTION_DAYS))
+	o.log.Info("onboarding bot pruned", slog.Int64("processed_events", res.ProcessedEvents), slog.Int("retention_days", RETENTION_DAYS))
 	return res, nil
 }
