@@ -149,8 +149,8 @@ func (c *config) httpOptions() []option {
 
 // retentionConfig is the retention runner's settings.
 type retentionConfig struct {
-	WebhookLedger, DeadLetters, Outbox, ReferralMarks, TopicRecords, BotUpdates, Deliveries, ChatMessages time.Duration
-	Interval                                                                                              time.Duration
+	WebhookLedger, DeadLetters, Outbox, ReferralMarks, TopicRecords, BotUpdates, Deliveries, ChatMessages, QueueKeys, QueueFailures time.Duration
+	Interval                                                                                                                        time.Duration
 }
 
 // options are the retention rules' (retention/, wired by wireRetention).
@@ -165,6 +165,8 @@ func (r *retentionConfig) options() []option {
 		{"retention-bot-updates", "SWITCHYARD_RETENTION_BOT_UPDATES", "168h", "how long the onboarding bot keeps handled Telegram updates (bot_updates)" + keep, setDuration(&r.BotUpdates)},
 		{"retention-deliveries", "SWITCHYARD_RETENTION_DELIVERIES", "720h", "how long the record of a delivered onboarding-bot DM (bot_deliveries) is kept" + keep, setDuration(&r.Deliveries)},
 		{"retention-chat-messages", "SWITCHYARD_RETENTION_CHAT_MESSAGES", "0", "how long finished chat messages are kept (each thread keeps its newest inbound and outbound one)" + keep, setDuration(&r.ChatMessages)},
+		{"retention-queue-keys", "SWITCHYARD_RETENTION_QUEUE_KEYS", "168h", "how long a queue remembers a send's idempotency key (a webhook's update id on receiver.flow), so that the same send again is refused; keep it at least 24h" + keep, setDuration(&r.QueueKeys)},
+		{"retention-queue-failures", "SWITCHYARD_RETENTION_QUEUE_FAILURES", "168h", "how long the attempt history of queue messages and topic records (queue_failures) is kept" + keep, setDuration(&r.QueueFailures)},
 		{"retention-interval", "SWITCHYARD_RETENTION_INTERVAL", "1m", "how often the prune pass runs (in one process of the database at a time)", setPositiveDuration(&r.Interval, "1m")},
 	}
 }

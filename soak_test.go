@@ -35,6 +35,8 @@ var soakRetention = []string{
 	"--retention-bot-updates", "3s",
 	"--retention-deliveries", "3s",
 	"--retention-chat-messages", "3s",
+	"--retention-queue-keys", "3s",
+	"--retention-queue-failures", "3s",
 	"--retention-interval", "1s",
 }
 

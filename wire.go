@@ -343,11 +343,13 @@ func wireRetention(w wiring, qa *queue.Admin, be *backend.Service, ref *referral
 		rule("bot-updates", r.BotUpdates, retention.Part{Table: onboarding.UpdatesTable, Prune: onboardingPrune(onboarding.PruneUpdates)}),
 		rule("deliveries", r.Deliveries, retention.Part{Table: onboarding.DeliveriesTable, Prune: onboardingPrune(onboarding.PruneDeliveries)}),
 		rule("chat-messages", r.ChatMessages, retention.Part{Table: omni.MessagesTable, Prune: chat.PruneMessages}),
+		rule("queue-keys", r.QueueKeys, retention.Part{Table: queue.KeysTable, Prune: qa.PruneKeys}),
+		rule("queue-failures", r.QueueFailures, retention.Part{Table: queue.FailuresTable, Prune: qa.PruneFailures}),
 	}
 	log := w.log.With(slog.String("subsystem", "retention"))
 	if keep := r.WebhookLedger; keep > 0 && keep < 24*time.Hour {
-		log.Warn("the webhook ledger is kept for less than the 24 hours Telegram may deliver an update again; receiver.flow's idempotency keys still refuse a second webhook of an update for 7 days",
-			slog.Duration("retention", keep))
+		log.Warn("the webhook ledger is kept for less than the 24 hours Telegram may deliver an update again; receiver.flow's idempotency keys still refuse a second webhook of an update for --retention-queue-keys",
+			slog.Duration("retention", keep), slog.Duration("queue_keys", r.QueueKeys))
 	}
 	rt := retention.New(retention.Opts{DB: db, Rules: rules, Interval: r.Interval, Logger: log})
 	return rt, part{workers: []worker{rt}}

@@ -22,10 +22,12 @@ type AdminOpts struct {
 	FailureRetention time.Duration
 	// JanitorInterval is how often RunJanitor prunes (default 1 min).
 	JanitorInterval time.Duration
-	// LeaveRecords makes Prune leave topic records alone, for a process
-	// whose retention runner prunes them with PruneTopicRecords by one
-	// retention for every topic (--retention-topic-records) instead of the
-	// retention each topic was declared with.
+	// LeaveRecords makes Prune leave topic records, idempotency keys and
+	// failure records alone, for a process whose retention runner prunes
+	// them in batches with PruneTopicRecords, PruneKeys and PruneFailures,
+	// by its own options (--retention-topic-records, one retention for
+	// every topic instead of the retention each topic was declared with;
+	// --retention-queue-keys; --retention-queue-failures).
 	LeaveRecords bool
 	// Logger gets operator actions and janitor results; nil discards.
 	Logger *slog.Logger
@@ -833,14 +835,18 @@ func (a *Admin) Prune(ctx context.Context) (PruneResult, error) {
 			}
 		}
 	}
-	for _, job := range []struct {
+	jobs := []struct {
 		query string
 		age   time.Duration
 		count *int64
 	}{
 		{`delete from queue_keys where created_at < ?`, a.opts.KeyRetention, &res.Keys},
 		{`delete from queue_failures where failed_at < ?`, a.opts.FailureRetention, &res.Failures},
-	} {
+	}
+	if a.opts.LeaveRecords {
+		jobs = nil
+	}
+	for _, job := range jobs {
 		err := a.db.Tx(ctx, func(tx *sql.Tx) error {
 			var err error
 			*job.count, err = affected(tx.ExecContext(ctx, job.query, store.TS(now.Add(-job.age))))

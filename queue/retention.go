@@ -14,6 +14,8 @@ import (
 const (
 	DeadLettersTable = "queue_dead"
 	TopicLogTable    = "queue_topic_log"
+	KeysTable        = "queue_keys"
+	FailuresTable    = "queue_failures"
 )
 
 // What the retention runner (retention/) prunes of the queues and topics:
@@ -33,17 +35,7 @@ const pruneDeadQuery = `
 // the operator's time to look at them and redrive. A redrive running at
 // the same time either moves a dead letter first, or finds it gone.
 func (a *Admin) PruneDeadLetters(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
-	ts := store.TS(cutoff)
-	var n int64
-	err := a.db.Tx(ctx, func(tx *sql.Tx) error {
-		var err error
-		n, err = affected(tx.ExecContext(ctx, pruneDeadQuery, ts, limit, ts))
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("queue: prune dead letters: %w", err)
-	}
-	return n, nil
+	return a.pruneBatch(ctx, "dead letters", pruneDeadQuery, cutoff, limit)
 }
 
 // pruneRecordsQuery deletes a partition's records below an offset that
@@ -128,6 +120,48 @@ func (a *Admin) PruneTopicRecords(ctx context.Context, cutoff time.Time, limit i
 	})
 	if err != nil {
 		return 0, fmt.Errorf("queue: prune topic records: %w", err)
+	}
+	return n, nil
+}
+
+const pruneKeysQuery = `
+	delete from queue_keys
+	where (queue, key) in (select queue, key from queue_keys where created_at < ? order by created_at limit ?)
+	  and created_at < ?`
+
+// PruneKeys deletes at most limit idempotency keys of sends made before
+// cutoff, oldest first, and returns how many. A send with a key pruned
+// here is no longer recognised as a repeat: keep keys at least as long as
+// a sender may send the same message again (Telegram redelivers a webhook
+// for up to 24 hours).
+func (a *Admin) PruneKeys(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+	return a.pruneBatch(ctx, "keys", pruneKeysQuery, cutoff, limit)
+}
+
+const pruneFailuresQuery = `
+	delete from queue_failures
+	where id in (select id from queue_failures where failed_at < ? order by failed_at limit ?)
+	  and failed_at < ?`
+
+// PruneFailures deletes at most limit failure records (a message's or a
+// record's attempt history) made before cutoff, oldest first, and returns
+// how many.
+func (a *Admin) PruneFailures(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+	return a.pruneBatch(ctx, "failures", pruneFailuresQuery, cutoff, limit)
+}
+
+// pruneBatch runs one of the batch deletes above, whose arguments are the
+// cutoff, the limit and the cutoff again, in a transaction of its own.
+func (a *Admin) pruneBatch(ctx context.Context, what, query string, cutoff time.Time, limit int) (int64, error) {
+	ts := store.TS(cutoff)
+	var n int64
+	err := a.db.Tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		n, err = affected(tx.ExecContext(ctx, query, ts, limit, ts))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("queue: prune %s: %w", what, err)
 	}
 	return n, nil
 }

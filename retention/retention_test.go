@@ -69,6 +69,8 @@ func setup(t *testing.T) *bundle {
 		rule("bot-updates", 7*day, "bot_updates", withDB(onboarding.PruneUpdates)),
 		rule("deliveries", 30*day, "bot_deliveries", withDB(onboarding.PruneDeliveries)),
 		rule("chat-messages", 90*day, "omni_messages", chat.PruneMessages),
+		rule("queue-keys", 7*day, "queue_keys", b.qa.PruneKeys),
+		rule("queue-failures", 7*day, "queue_failures", b.qa.PruneFailures),
 	}
 	return b
 }
@@ -126,6 +128,14 @@ func (b *bundle) seed(t *testing.T) {
 	}{{"old", 31 * day}, {"new", 29 * day}} {
 		b.exec(t, `insert into queue_dead (id, queue, grp, key, order_key, seq, priority, body, attempts, last_error, created_at, first_failed_at, dead_at)
 			values (?, 'q', '', '', '', 0, 0, ?, 1, 'e', ?, ?, ?)`, r.id, []byte("{}"), b.ago(r.age), b.ago(r.age), b.ago(r.age))
+	}
+	for _, r := range []struct {
+		key string
+		age time.Duration
+	}{{"old", 8 * day}, {"new", 6 * day}} {
+		b.exec(t, `insert into queue_keys (queue, key, message_id, created_at) values ('q', ?, ?, ?)`, r.key, "m_"+r.key, b.ago(r.age))
+		b.exec(t, `insert into queue_failures (queue, grp, message_id, attempt, error, outcome, failed_at) values ('q', '', ?, 1, 'e', 'retry', ?)`,
+			r.key, b.ago(r.age))
 	}
 	// Outbox: acknowledged long ago (goes), acknowledged lately, never
 	// acknowledged, and a registered event dead-lettered (the spec keeps it).
@@ -206,6 +216,8 @@ func TestRules(t *testing.T) {
 			`select seq from omni_messages order by seq`:                                 {"3", "4", "5"},
 			`select count(*) from omni_messages where text = 'false'`:                    {"0"},
 			`select count(*) from omni_threads where last_message_at is null and id = 1`: {"1"},
+			`select key from queue_keys order by 1`:                                      {"new"},
+			`select message_id from queue_failures order by 1`:                           {"new"},
 		} {
 			if got := b.keys(t, q); !slices.Equal(got, want) {
 				t.Errorf("%s = %v, want %v", q, got, want)
@@ -219,7 +231,7 @@ func TestRules(t *testing.T) {
 			}
 		}
 		want := map[string]int64{"webhook-ledger": 1, "dead-letters": 1, "outbox": 1, "referral-marks": 1, "topic-records": 0,
-			"bot-updates": 2, "deliveries": 1, "chat-messages": 2}
+			"bot-updates": 2, "deliveries": 1, "chat-messages": 2, "queue-keys": 1, "queue-failures": 1}
 		for rule, n := range want {
 			if removed[rule] != n {
 				t.Errorf("rule %s removed %d rows, want %d (results %+v)", rule, removed[rule], n, results)
