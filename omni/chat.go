@@ -168,10 +168,11 @@ func (c *Chat) handleFlow(ctx context.Context, m queue.Message) error {
 			return c.lane.escalateTx(ctx, tx, m.Body, env.IdempotencyKey, key, 0)
 		})
 	}
+	wait, await := decideAwaitConnection(env.ReceivedAt, c.db.Now(), m.Attempt, flowAttempts)
 	var res applied
 	err = c.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		res, err = c.domain.applyTx(ctx, tx, env)
+		res, err = c.domain.applyWaitingTx(ctx, tx, env, await)
 		return err
 	})
 	if err == nil {
@@ -180,6 +181,10 @@ func (c *Chat) handleFlow(ctx context.Context, m queue.Message) error {
 	}
 	if ctx.Err() != nil {
 		return err // stopping: the message comes back after its timeout
+	}
+	if errors.Is(err, errConnectionUnknown) {
+		// It waits in place, holding its thread's later envelopes behind it.
+		return c.awaitConnection(env, wait, err)
 	}
 	// Nothing of the failed apply was kept: hand the envelope to the retry lane.
 	delay := c.lane.policy.Backoff(1)
@@ -202,10 +207,11 @@ func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
 	if env == nil {
 		return err
 	}
+	wait, await := decideAwaitConnection(env.ReceivedAt, c.db.Now(), m.Attempt, c.lane.policy.MaxAttempts)
 	var res applied
 	err = c.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if res, err = c.domain.applyTx(ctx, tx, env); err != nil {
+		if res, err = c.domain.applyWaitingTx(ctx, tx, env, await); err != nil {
 			return err
 		}
 		return c.lane.unparkTx(ctx, tx, env.IdempotencyKey)
@@ -213,6 +219,9 @@ func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
 	if err == nil {
 		c.record(env, res)
 		return nil
+	}
+	if ctx.Err() == nil && errors.Is(err, errConnectionUnknown) {
+		return c.awaitConnection(env, wait, err)
 	}
 	if ctx.Err() == nil && m.Attempt >= c.lane.policy.MaxAttempts {
 		// Give up on this one so the thread's later envelopes flow again.
@@ -227,6 +236,16 @@ func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
 		return queue.Permanent(err)
 	}
 	return err
+}
+
+// awaitConnection is the outcome of a business message that waits for its
+// connection (decideAwaitConnection): its queue delivers it again after wait.
+func (c *Chat) awaitConnection(env *Envelope, wait time.Duration, err error) error {
+	metricChatEvents.WithLabelValues(string(env.EventType), chatWaiting).Inc()
+	c.log.Debug("business message waits for its connection", slog.String("event_id", env.IdempotencyKey),
+		slog.String("business_connection_id", env.PayloadNormalized.BusinessConnectionID),
+		slog.Duration("retry_in", wait), slog.String("outcome", chatWaiting))
+	return queue.RetryAfter(wait, err)
 }
 
 // deadInvalid dead-letters an invalid envelope (an update that lacks what

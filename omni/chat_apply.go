@@ -77,6 +77,18 @@ const (
 // applyTx applies env in tx and records it in the ledger. A second apply of
 // the same idempotency key changes nothing and reports outcomeDuplicate.
 func (d *chatDomain) applyTx(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
+	return d.applyWaitingTx(ctx, tx, env, false)
+}
+
+// errConnectionUnknown is what applying a business message whose
+// connection is not stored yet returns when it may wait for it: nothing was
+// written, and the envelope is to be tried again (decideAwaitConnection).
+const errConnectionUnknown = Error("omni: the message's business connection is not known yet")
+
+// applyWaitingTx is applyTx; with await, a message of a business connection
+// the chat does not know yet is not applied: it fails with
+// errConnectionUnknown.
+func (d *chatDomain) applyWaitingTx(ctx context.Context, tx *sql.Tx, env *Envelope, await bool) (applied, error) {
 	var one int
 	switch err := tx.QueryRowContext(ctx, ledgerSeenQuery, env.IdempotencyKey).Scan(&one); {
 	case err == nil:
@@ -95,7 +107,7 @@ func (d *chatDomain) applyTx(ctx context.Context, tx *sql.Tx, env *Envelope) (ap
 	if reason, ignore := decideIgnore(env, d.groups); ignore {
 		res = applied{Outcome: outcomeIgnored, Reason: reason}
 	} else {
-		res, err = d.apply(ctx, tx, env)
+		res, err = d.apply(ctx, tx, env, await)
 	}
 	if err != nil {
 		return applied{}, fmt.Errorf("apply %s %s: %w", env.EventType, env.IdempotencyKey, err)
@@ -123,12 +135,14 @@ func invalidEnvelope(env *Envelope) error {
 }
 
 // apply applies an envelope the chat role uses to the chat domain.
-func (d *chatDomain) apply(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
+// With await, a message of an unknown business connection fails with
+// errConnectionUnknown.
+func (d *chatDomain) apply(ctx context.Context, tx *sql.Tx, env *Envelope, await bool) (applied, error) {
 	switch env.EventType {
 	case EventMessageCreated, EventCallbackReceived:
-		return d.messageCreated(ctx, tx, env, nil)
+		return d.messageCreated(ctx, tx, env, nil, await)
 	case EventMessageEdited:
-		return d.messageEdited(ctx, tx, env)
+		return d.messageEdited(ctx, tx, env, await)
 	case EventMessageDeleted:
 		return d.messageDeleted(ctx, tx, env)
 	case EventConnectionUpdated:
@@ -313,14 +327,21 @@ type queryRower interface {
 
 // messageCreated stores a new message (or a pressed button) in its thread,
 // and queues the automatic acknowledgement when the rules say so. editedAt is
-// set when an edit arrives for a message the thread does not have.
-func (d *chatDomain) messageCreated(ctx context.Context, tx *sql.Tx, env *Envelope, editedAt *time.Time) (applied, error) {
+// set when an edit arrives for a message the thread does not have. Both
+// need the message's business connection (whose owner writes outbound
+// messages, and which says whether the thread can be answered): with await,
+// a business message whose connection is not stored yet is left for later
+// (errConnectionUnknown), before anything is written.
+func (d *chatDomain) messageCreated(ctx context.Context, tx *sql.Tx, env *Envelope, editedAt *time.Time, await bool) (applied, error) {
 	n := &env.PayloadNormalized
 	var conn *BusinessConnection
 	if n.BusinessConnectionID != "" {
 		var err error
 		if conn, err = connectionTx(ctx, tx, n.BusinessConnectionID); err != nil {
 			return applied{}, err
+		}
+		if conn == nil && await {
+			return applied{}, errConnectionUnknown
 		}
 	}
 	th, err := d.threadTx(ctx, tx, env)
@@ -429,7 +450,7 @@ func (d *chatDomain) insertMessageTx(ctx context.Context, tx *sql.Tx, thread Thr
 
 // messageEdited replaces a stored message's text with a newer edit, or stores
 // the edited message when the thread never had it.
-func (d *chatDomain) messageEdited(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
+func (d *chatDomain) messageEdited(ctx context.Context, tx *sql.Tx, env *Envelope, await bool) (applied, error) {
 	n := &env.PayloadNormalized
 	editedAt := env.OccurredAt
 	if n.Message.EditedAt != nil {
@@ -459,7 +480,7 @@ func (d *chatDomain) messageEdited(ctx context.Context, tx *sql.Tx, env *Envelop
 			return applied{}, fmt.Errorf("find message: %w", err)
 		}
 	}
-	return d.messageCreated(ctx, tx, env, &editedAt)
+	return d.messageCreated(ctx, tx, env, &editedAt, await)
 }
 
 // messageDeleted marks the deleted messages of a thread; the rows stay so the
