@@ -229,9 +229,14 @@ func (c *Chat) handleFlowBatch(ctx context.Context, msgs []queue.Message) []erro
 	return errs
 }
 
-// applyFlowTx is handleFlowBatch's transaction. It fails only when the
-// transaction cannot go on (the ledger cannot be read, a savepoint fails,
-// the role is stopping); what fails for one envelope is that envelope's.
+// applyFlowTx is handleFlowBatch's transaction. Each envelope that comes to
+// an end in it (applied, a duplicate, moved to receiver.retry) is
+// acknowledged in it too, in the savepoint of its effect: the next envelope
+// of its thread is released by the same commit, and an envelope delivered
+// again meanwhile (its timeout passed) takes no effect here. It fails only
+// when the transaction cannot go on (the ledger cannot be read, a savepoint
+// fails, the role is stopping); what fails for one envelope is that
+// envelope's.
 func (c *Chat) applyFlowTx(ctx context.Context, tx *sql.Tx, items []*flowItem, parked map[string]bool) error {
 	fresh := make([]string, 0, len(items))
 	for _, it := range items {
@@ -246,10 +251,23 @@ func (c *Chat) applyFlowTx(ctx context.Context, tx *sql.Tx, items []*flowItem, p
 	}
 	for _, it := range items {
 		env := it.env
-		if parked[it.key] {
-			err := queue.SavepointTx(ctx, c.db, tx, func() error {
-				return c.lane.escalateTx(ctx, tx, it.m.Body, env.IdempotencyKey, it.key, 0)
+		// settle acknowledges the envelope's message and runs fn in one
+		// savepoint (fn last: what it gives AfterCommit is then kept only
+		// with its writes); stale says the acknowledgement failed.
+		stale := false
+		settle := func(fn func() error) error {
+			stale = false
+			return queue.SavepointTx(ctx, c.db, tx, func() error {
+				if err := c.lane.flow.AckTx(ctx, tx, it.m); err != nil {
+					stale = true
+					return err
+				}
+				return fn()
 			})
+		}
+		if parked[it.key] {
+			// Behind its thread's envelopes in receiver.retry.
+			err := settle(func() error { return c.lane.escalateTx(ctx, tx, it.m.Body, env.IdempotencyKey, it.key, 0) })
 			if errors.Is(err, queue.ErrSavepoint) || ctx.Err() != nil {
 				return err
 			}
@@ -257,11 +275,15 @@ func (c *Chat) applyFlowTx(ctx context.Context, tx *sql.Tx, items []*flowItem, p
 			continue
 		}
 		if seen[env.IdempotencyKey] {
-			it.res, it.done = applied{Outcome: outcomeDuplicate}, true
+			err := settle(func() error { return nil })
+			if errors.Is(err, queue.ErrSavepoint) || ctx.Err() != nil {
+				return err
+			}
+			it.res, it.done, it.err = applied{Outcome: outcomeDuplicate}, err == nil, err
 			continue
 		}
 		var res applied
-		applyErr := queue.SavepointTx(ctx, c.db, tx, func() error {
+		applyErr := settle(func() error {
 			var err error
 			res, err = c.domain.applyNewTx(ctx, tx, env, it.await)
 			return err
@@ -273,6 +295,9 @@ func (c *Chat) applyFlowTx(ctx context.Context, tx *sql.Tx, items []*flowItem, p
 			continue
 		case errors.Is(applyErr, queue.ErrSavepoint), ctx.Err() != nil:
 			return applyErr // stopping: the batch comes back after its timeout
+		case stale:
+			it.err = applyErr // delivered again meanwhile: that delivery applies it
+			continue
 		case errors.Is(applyErr, errConnectionUnknown):
 			// It waits in place, holding its thread's later envelopes behind it.
 			it.waiting, it.err = true, applyErr
@@ -280,9 +305,7 @@ func (c *Chat) applyFlowTx(ctx context.Context, tx *sql.Tx, items []*flowItem, p
 		}
 		// Nothing of the failed apply was kept: hand the envelope to the retry lane.
 		delay := c.lane.policy.Backoff(1)
-		moveErr := queue.SavepointTx(ctx, c.db, tx, func() error {
-			return c.lane.escalateTx(ctx, tx, it.m.Body, env.IdempotencyKey, it.key, delay)
-		})
+		moveErr := settle(func() error { return c.lane.escalateTx(ctx, tx, it.m.Body, env.IdempotencyKey, it.key, delay) })
 		if errors.Is(moveErr, queue.ErrSavepoint) || ctx.Err() != nil {
 			return errors.Join(applyErr, moveErr)
 		}
