@@ -23,7 +23,9 @@ func TestSavepointTx(t *testing.T) {
 		db := storetest.New(t)
 		name := fmt.Sprintf("savepoint-%d", time.Now().UnixNano())
 		q := queue.New(queue.NewOpts{DB: db, Name: name})
-		sent := func() float64 { return metricValue(t, "switchyard_queue_messages_sent_total", map[string]string{"queue": name}) }
+		sent := func() float64 {
+			return metricValue(t, "switchyard_queue_messages_sent_total", map[string]string{"queue": name})
+		}
 		before := sent()
 		boom := errors.New("boom")
 		var results []error
