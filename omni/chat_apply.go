@@ -59,7 +59,7 @@ type chatDomain struct {
 // parsing was a fifth of the chat role's time.
 var chatQueries = []string{
 	ledgerSeenQuery, ledgerInsertQuery, upsertContactQuery, insertThreadQuery, selectThreadIDQuery,
-	findThreadQuery, hasInboundQuery, nextSeqQuery, findByProviderID, insertMessageSQL, touchThreadQuery,
+	findThreadQuery, findThreadContactQuery, threadStateQuery, findByProviderID, insertMessageSQL, touchThreadQuery,
 	editMessageQuery, deleteMessageQuery, selectConnectionQuery, upsertConnectionQuery, setReachableQuery,
 	selectRuleQuery, connectionContactsQuery, threadRouteQuery, touchOutgoingQuery, lockThreadQuery,
 }
@@ -300,13 +300,21 @@ const (
 	findThreadQuery     = `
 		select t.id from omni_threads t join omni_contacts c on c.id = t.contact_id
 		where c.provider = ? and c.business_connection_id = ? and c.provider_user_id = ? and t.channel = ?`
-	hasInboundQuery  = `select count(*) from (select 1 from omni_messages where thread_id = ? and direction = 'inbound' limit 1) as inbound`
-	nextSeqQuery     = `select coalesce(max(seq), 0) + 1 from omni_messages where thread_id = ?`
+	findThreadContactQuery = `
+		select t.id, c.name, c.username from omni_threads t join omni_contacts c on c.id = t.contact_id
+		where c.provider = ? and c.business_connection_id = ? and c.provider_user_id = ? and t.channel = ?`
 	findByProviderID = `select id, edited_at from omni_messages where thread_id = ? and provider_message_id = ?`
+	// threadStateQuery reads, for a new message of an existing thread, the
+	// message of the same provider id (null: none) and whether the thread
+	// has an inbound message.
+	threadStateQuery = `
+		select (select id from omni_messages where thread_id = ? and provider_message_id = ?),
+			(select count(*) from (select 1 from omni_messages where thread_id = ? and direction = 'inbound' limit 1) as inbound)`
+	// insertMessageSQL takes the thread's next seq as max(seq) + 1.
 	insertMessageSQL = `
 		insert into omni_messages (thread_id, seq, direction, origin, kind, text, status, provider_message_id,
 			provider_event_id, provider_date, edited_at, sent_at, created_at, updated_at)
-		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		values (?, (select coalesce(max(seq), 0) + 1 from omni_messages where thread_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		returning id`
 	touchThreadQuery = `
 		update omni_threads set
@@ -357,19 +365,30 @@ func (d *chatDomain) contactTx(ctx context.Context, tx *sql.Tx, env *Envelope) (
 	return id, nil
 }
 
-// threadTx finds or creates the thread of env's chat.
+// threadTx finds or creates the thread of env's chat, and keeps its
+// contact's name and username as the chat shows them: in one read when the
+// thread exists and the contact is unchanged.
 func (d *chatDomain) threadTx(ctx context.Context, tx *sql.Tx, env *Envelope) (threadRef, error) {
+	n := &env.PayloadNormalized
+	var (
+		id             ThreadID
+		name, username string
+	)
+	switch err := d.q(tx).QueryRowContext(ctx, findThreadContactQuery, string(env.Provider), n.BusinessConnectionID, n.Chat.ID,
+		string(env.Channel)).Scan(&id, &name, &username); {
+	case err == nil:
+		if newName := contactName(n.Chat); (newName == "" || newName == name) && (n.Chat.Username == "" || n.Chat.Username == username) {
+			return threadRef{ID: id}, nil
+		}
+	case !errors.Is(err, sql.ErrNoRows):
+		return threadRef{}, fmt.Errorf("find thread: %w", err)
+	}
 	contact, err := d.contactTx(ctx, tx, env)
 	if err != nil {
 		return threadRef{}, err
 	}
-	n := &env.PayloadNormalized
-	var id ThreadID
-	switch err := d.q(tx).QueryRowContext(ctx, selectThreadIDQuery, int64(contact), string(env.Channel), n.BusinessConnectionID).Scan(&id); {
-	case err == nil:
+	if id != 0 {
 		return threadRef{ID: id}, nil
-	case !errors.Is(err, sql.ErrNoRows):
-		return threadRef{}, fmt.Errorf("read thread: %w", err)
 	}
 	now := store.TS(d.now())
 	res, err := d.q(tx).ExecContext(ctx, insertThreadQuery, int64(contact), string(env.Channel), n.BusinessConnectionID,
@@ -472,27 +491,26 @@ func (d *chatDomain) messageCreated(ctx context.Context, tx *sql.Tx, env *Envelo
 	} else if n.Callback != nil {
 		text = n.Callback.Data
 	}
-	if providerID != nil {
+	// A new thread has no messages. In another, the same provider message
+	// may have come in another update, and one inbound message makes this
+	// one not the first.
+	firstInbound := class.Direction == DirectionInbound
+	if !th.Created {
 		var (
-			existing MessageID
-			edited   store.Timestamp
+			existing sql.NullInt64
+			inbound  int
+			pid      any
 		)
-		err := d.q(tx).QueryRowContext(ctx, findByProviderID, int64(th.ID), *providerID).Scan(&existing, &edited)
-		if err == nil {
-			return res, nil // the same provider message came in another update
+		if providerID != nil {
+			pid = *providerID
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return applied{}, fmt.Errorf("find message: %w", err)
+		if err := d.q(tx).QueryRowContext(ctx, threadStateQuery, int64(th.ID), pid, int64(th.ID)).Scan(&existing, &inbound); err != nil {
+			return applied{}, fmt.Errorf("read thread %d: %w", th.ID, err)
 		}
-	}
-	// A new thread has no messages; in another, one inbound message is enough.
-	firstInbound := class.Direction == DirectionInbound && th.Created
-	if class.Direction == DirectionInbound && !th.Created {
-		var inbound int
-		if err := d.q(tx).QueryRowContext(ctx, hasInboundQuery, int64(th.ID)).Scan(&inbound); err != nil {
-			return applied{}, fmt.Errorf("count inbound: %w", err)
+		if existing.Valid {
+			return res, nil
 		}
-		firstInbound = inbound == 0
+		firstInbound = firstInbound && inbound == 0
 	}
 	now := d.now()
 	var sentAt store.Timestamp
@@ -545,10 +563,6 @@ func (d *chatDomain) insertMessageTx(ctx context.Context, tx *sql.Tx, thread Thr
 			return 0, fmt.Errorf("lock thread %d: %w", thread, err)
 		}
 	}
-	var seq int64
-	if err := d.q(tx).QueryRowContext(ctx, nextSeqQuery, int64(thread)).Scan(&seq); err != nil {
-		return 0, fmt.Errorf("next seq: %w", err)
-	}
 	var pid, eid any
 	if providerID != nil {
 		pid = *providerID
@@ -557,7 +571,7 @@ func (d *chatDomain) insertMessageTx(ctx context.Context, tx *sql.Tx, thread Thr
 		eid = eventID
 	}
 	var id MessageID
-	err := d.q(tx).QueryRowContext(ctx, insertMessageSQL, int64(thread), seq, string(dir), string(origin), string(kind), text,
+	err := d.q(tx).QueryRowContext(ctx, insertMessageSQL, int64(thread), int64(thread), string(dir), string(origin), string(kind), text,
 		string(status), pid, eid, providerDate, editedAt, sentAt, store.TS(now), store.TS(now)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("insert message: %w", err)
