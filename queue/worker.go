@@ -302,6 +302,16 @@ func (w *Worker) handleBatch(msgs []Message, freed chan<- struct{}) {
 		}
 	}
 	w.resultsMu.Unlock()
+	// A batch handler that acknowledged its messages in its own
+	// transaction (AckTx) released the next message of each of their order
+	// keys with its commit: the loop looks for them now, not after the
+	// completer's commit.
+	for i, m := range msgs {
+		if errs[i] == nil && m.OrderKey != "" {
+			w.q.sig.wake()
+			break
+		}
+	}
 	for range msgs {
 		freed <- struct{}{}
 	}
