@@ -106,17 +106,6 @@ func (v *verifier) get(t *testing.T, path string, out any) int {
 	return resp.StatusCode
 }
 
-// queueEmpty reports whether the queue holds nothing ready, in flight,
-// delayed or held.
-func (v *verifier) queueEmpty(t *testing.T, name string) bool {
-	for _, q := range v.queues(t) {
-		if q.Name == name {
-			return q.Ready+q.InFlight+q.Delayed+q.Held == 0
-		}
-	}
-	return true
-}
-
 // queueJSON is a queue as GET /admin/api/queues shows it.
 type queueJSON struct {
 	Name                           string

@@ -74,7 +74,10 @@ func TestTwoServesShareOneBot(t *testing.T) {
 		t.Errorf("standing-by line = %v", standing)
 	}
 
-	// Customers write; the business connection is known before they do.
+	// Customers write right after the business connection: the chat role
+	// may take a message before the connection (their order keys differ),
+	// and holds it back until the connection is in, so each customer's first
+	// message is acknowledged.
 	bot := fake.Bot(omniToken)
 	testwait.Until(t, 30*time.Second, "the inbox webhook is set", func() bool { return webhookSet(fake, omniToken) })
 	conn, err := bot.ConnectBusiness(telego.User{ID: 900, FirstName: "Shop"}, telego.BusinessBotRights{CanReply: true})
@@ -85,9 +88,6 @@ func TestTwoServesShareOneBot(t *testing.T) {
 	for i := range customers {
 		if _, err := bot.BusinessMessage(conn.ID, telego.User{ID: int64(3000 + i), FirstName: "Customer"}, "hello"); err != nil {
 			t.Fatal(err)
-		}
-		if i == 0 { // its acknowledgement went out: the connection is stored
-			testwait.Until(t, 30*time.Second, "the first acknowledgement", func() bool { return len(okSends(fake)) == 1 })
 		}
 	}
 	var threads []struct {

@@ -112,7 +112,7 @@ func (f *fakeInstance) webhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var u struct {
-		Message struct {
+		Message *struct {
 			ID   int64  `json:"message_id"`
 			Text string `json:"text"`
 			Chat struct {
@@ -122,6 +122,10 @@ func (f *fakeInstance) webhook(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := json.NewDecoder(r.Body).Decode(&u); err != nil {
 		writeJSON(w, 400, map[string]any{"error": err.Error()})
+		return
+	}
+	if u.Message == nil {
+		w.WriteHeader(200) // the load's business_connection: no thread
 		return
 	}
 	chat := strconv.FormatInt(u.Message.Chat.ID, 10)

@@ -72,8 +72,31 @@ func businessUpdate(conn string, updateID, chatID, messageID int64, text string)
 	return raw
 }
 
-// prepare reads the customers' unread counts before the load, for the tally.
+// OwnerUserID is the Telegram user who owns the load's own business
+// account (BusinessConnectionID).
+const OwnerUserID = 7_999_999_999
+
+// prepare connects the load's own business account, as Telegram announces
+// a connection (business_connection) before its chats' messages: the chat
+// role then knows who owns it and that it may reply, and acknowledges each
+// customer's first message. A test that passes its own connection
+// (Opts.BusinessConnection) has connected it through its fake Bot API.
+// Then, for the tally, it reads the customers' unread counts before the
+// load.
 func (g *webhookGen) prepare(ctx context.Context) error {
+	if g.conn == BusinessConnectionID {
+		owner := map[string]any{"id": OwnerUserID, "is_bot": false, "first_name": "Магазин"}
+		raw, _ := json.Marshal(map[string]any{
+			"update_id": g.updateID(999_999_999),
+			"business_connection": map[string]any{
+				"id": g.conn, "user": owner, "user_chat_id": OwnerUserID, "date": time.Now().Unix(),
+				"is_enabled": true, "rights": map[string]any{"can_reply": true},
+			},
+		})
+		if err := g.api.do(ctx, http.MethodPost, "/webhooks/telegram", g.header, raw, nil); err != nil {
+			return err
+		}
+	}
 	if !g.tallying {
 		return nil
 	}

@@ -29,8 +29,11 @@ type ChatOpts struct {
 	// GroupChatsIgnore (the default when empty) or GroupChatsThread
 	// (OMNI_GROUP_CHATS). Any other value panics.
 	GroupChats GroupChats
-	// Concurrency bounds the envelopes applied at once per queue (default 4).
-	// Envelopes of one thread are applied one at a time whatever it is.
+	// Concurrency bounds the envelopes of receiver.flow in hand at once
+	// (default 256): they are applied in batches of up to 64 (one receive),
+	// each batch in one transaction. Envelopes of one thread are applied one
+	// at a time whatever it is. receiver.retry applies retryConcurrency
+	// envelopes at once, each in a transaction of its own.
 	Concurrency int
 	// PollInterval is how often the workers look for envelopes enqueued by
 	// another process (default queue.DefaultPollInterval).
@@ -60,7 +63,7 @@ func NewChat(opts ChatOpts) *Chat {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Concurrency <= 0 {
-		opts.Concurrency = 4
+		opts.Concurrency = 256
 	}
 	groups, err := ParseGroupChats(string(opts.GroupChats))
 	if err != nil {
@@ -85,13 +88,16 @@ func autoAckDefault(text string, off bool) AutoAckRule {
 	return AutoAckRule{Enabled: !off, Text: text}
 }
 
-// newChatDomain wires the chat transactions to sender.flow on db.
+// newChatDomain wires the chat transactions to sender.flow on db and
+// prepares their statements; like queue.New, it must not be called inside
+// a transaction.
 func newChatDomain(db *store.DB, autoAck AutoAckRule) *chatDomain {
 	sender := queue.New(queue.NewOpts{DB: db, Name: QueueSenderFlow, Retry: queue.RetryPolicy{MaxAttempts: flowAttempts}})
 	return &chatDomain{
 		now:        db.Now,
 		autoAck:    autoAck,
 		lockThread: threadLockQuery(db),
+		stmts:      prepareChatQueries(db),
 		send: func(ctx context.Context, tx *sql.Tx, cmd SendCommand) error {
 			body, err := json.Marshal(cmd)
 			if err != nil {
@@ -103,6 +109,10 @@ func newChatDomain(db *store.DB, autoAck AutoAckRule) *chatDomain {
 	}
 }
 
+// retryConcurrency is how many envelopes receiver.retry applies at once:
+// few, and failing ones, so one at a time each.
+const retryConcurrency = 4
+
 // Name names the worker.
 func (c *Chat) Name() string { return "omni-chat" }
 
@@ -110,8 +120,8 @@ func (c *Chat) Name() string { return "omni-chat" }
 // returns once the envelopes in hand are applied and acknowledged.
 func (c *Chat) Run(ctx context.Context) error {
 	return c.lane.run(ctx,
-		queue.WorkerOpts{Handler: c.handleFlow, Concurrency: c.opts.Concurrency, PollInterval: c.opts.PollInterval},
-		queue.WorkerOpts{Handler: c.handleRetry, Concurrency: c.opts.Concurrency, PollInterval: c.opts.PollInterval},
+		queue.WorkerOpts{BatchHandler: c.handleFlowBatch, Concurrency: c.opts.Concurrency, PollInterval: c.opts.PollInterval},
+		queue.WorkerOpts{Handler: c.handleRetry, Concurrency: retryConcurrency, PollInterval: c.opts.PollInterval},
 	)
 }
 
@@ -149,49 +159,180 @@ func (c *Chat) envelopeOf(m queue.Message) (*Envelope, error) {
 	return env, nil
 }
 
-// handleFlow applies an envelope from receiver.flow. When its thread has
-// envelopes waiting in receiver.retry it goes behind them; when applying it
-// fails it moves to receiver.retry itself, and later envelopes of its thread
-// follow it there.
-func (c *Chat) handleFlow(ctx context.Context, m queue.Message) error {
-	env, err := c.envelopeOf(m)
-	if env == nil {
-		return err
+// flowItem is an envelope of a receiver.flow batch and what became of it.
+type flowItem struct {
+	i     int // its message's index in the batch
+	m     queue.Message
+	env   *Envelope
+	key   string
+	wait  time.Duration // before it is tried again, when it waits for its connection
+	await bool          // it may wait for its connection (decideAwaitConnection)
+
+	// What the batch's transaction did with it; each run of the
+	// transaction function starts afresh (reset).
+	res      applied
+	done     bool  // applied, ignored or a duplicate: res says which
+	moved    bool  // handed to receiver.retry: its thread is parked
+	applyErr error // why a moved envelope did not apply (nil: it followed its thread)
+	waiting  bool  // it waits for its business connection; err says so
+	err      error // its message's result, when not nil
+}
+
+func (it *flowItem) reset() {
+	it.res, it.done, it.moved, it.applyErr, it.waiting, it.err = applied{}, false, false, nil, false, nil
+}
+
+// handleFlowBatch applies the envelopes of one receive from receiver.flow,
+// in one transaction, each in a savepoint of its own (queue.SavepointTx):
+// the transaction has one commit, and an envelope that fails leaves its
+// neighbours applied. Its thread's later envelopes are behind it in
+// receiver.flow (one message per order key is in hand at a time), so per
+// thread they are still applied one at a time, in order. An envelope whose
+// thread has envelopes waiting in receiver.retry goes behind them; one that
+// fails to apply moves to receiver.retry itself, and later envelopes of its
+// thread follow it there; a business message whose connection is not known
+// yet waits in place (decideAwaitConnection).
+func (c *Chat) handleFlowBatch(ctx context.Context, msgs []queue.Message) []error {
+	errs := make([]error, len(msgs))
+	items := make([]*flowItem, 0, len(msgs))
+	keys := make([]string, 0, len(msgs))
+	now := c.db.Now()
+	for i, m := range msgs {
+		env, err := c.envelopeOf(m)
+		if env == nil {
+			errs[i] = err
+			continue
+		}
+		it := &flowItem{i: i, m: m, env: env, key: OrderingKey(env)}
+		it.wait, it.await = decideAwaitConnection(env.ReceivedAt, now, m.Attempt, flowAttempts)
+		items = append(items, it)
+		keys = append(keys, it.key)
 	}
-	key := OrderingKey(env)
-	parked, err := c.lane.parked(ctx, key)
+	if len(items) == 0 {
+		return errs
+	}
+	parked, err := c.lane.parkedKeys(ctx, keys)
+	if err == nil {
+		err = c.db.Tx(ctx, func(tx *sql.Tx) error { return c.applyFlowTx(ctx, tx, items, parked) })
+	}
+	if err != nil {
+		// Nothing of the batch was kept (or, stopping, it is abandoned): the
+		// queue delivers each message again.
+		for _, it := range items {
+			errs[it.i] = err
+		}
+		return errs
+	}
+	for _, it := range items {
+		errs[it.i] = c.flowOutcome(it)
+	}
+	return errs
+}
+
+// applyFlowTx is handleFlowBatch's transaction. Each envelope that comes to
+// an end in it (applied, a duplicate, moved to receiver.retry) is
+// acknowledged in it too, in the savepoint of its effect: the next envelope
+// of its thread is released by the same commit, and an envelope delivered
+// again meanwhile (its timeout passed) takes no effect here. It fails only
+// when the transaction cannot go on (the ledger cannot be read, a savepoint
+// fails, the role is stopping); what fails for one envelope is that
+// envelope's.
+func (c *Chat) applyFlowTx(ctx context.Context, tx *sql.Tx, items []*flowItem, parked map[string]bool) error {
+	fresh := make([]string, 0, len(items))
+	for _, it := range items {
+		it.reset()
+		if !parked[it.key] {
+			fresh = append(fresh, it.env.IdempotencyKey)
+		}
+	}
+	seen, err := c.domain.ledgerSeenTx(ctx, tx, fresh)
 	if err != nil {
 		return err
 	}
-	if parked {
-		return c.db.Tx(ctx, func(tx *sql.Tx) error {
-			return c.lane.escalateTx(ctx, tx, m.Body, env.IdempotencyKey, key, 0)
+	for _, it := range items {
+		env := it.env
+		// settle acknowledges the envelope's message and runs fn in one
+		// savepoint (fn last: what it gives AfterCommit is then kept only
+		// with its writes); stale says the acknowledgement failed.
+		stale := false
+		settle := func(fn func() error) error {
+			stale = false
+			return queue.SavepointTx(ctx, c.db, tx, func() error {
+				if err := c.lane.flow.AckTx(ctx, tx, it.m); err != nil {
+					stale = true
+					return err
+				}
+				return fn()
+			})
+		}
+		if parked[it.key] {
+			// Behind its thread's envelopes in receiver.retry.
+			err := settle(func() error { return c.lane.escalateTx(ctx, tx, it.m.Body, env.IdempotencyKey, it.key, 0) })
+			if errors.Is(err, queue.ErrSavepoint) || ctx.Err() != nil {
+				return err
+			}
+			it.moved, it.err = err == nil, err
+			continue
+		}
+		if seen[env.IdempotencyKey] {
+			err := settle(func() error { return nil })
+			if errors.Is(err, queue.ErrSavepoint) || ctx.Err() != nil {
+				return err
+			}
+			it.res, it.done, it.err = applied{Outcome: outcomeDuplicate}, err == nil, err
+			continue
+		}
+		var res applied
+		applyErr := settle(func() error {
+			var err error
+			res, err = c.domain.applyNewTx(ctx, tx, env, it.await)
+			return err
 		})
+		switch {
+		case applyErr == nil:
+			it.res, it.done = res, true
+			seen[env.IdempotencyKey] = true
+			continue
+		case errors.Is(applyErr, queue.ErrSavepoint), ctx.Err() != nil:
+			return applyErr // stopping: the batch comes back after its timeout
+		case stale:
+			it.err = applyErr // delivered again meanwhile: that delivery applies it
+			continue
+		case errors.Is(applyErr, errConnectionUnknown):
+			// It waits in place, holding its thread's later envelopes behind it.
+			it.waiting, it.err = true, applyErr
+			continue
+		}
+		// Nothing of the failed apply was kept: hand the envelope to the retry lane.
+		delay := c.lane.policy.Backoff(1)
+		moveErr := settle(func() error { return c.lane.escalateTx(ctx, tx, it.m.Body, env.IdempotencyKey, it.key, delay) })
+		if errors.Is(moveErr, queue.ErrSavepoint) || ctx.Err() != nil {
+			return errors.Join(applyErr, moveErr)
+		}
+		if moveErr != nil {
+			it.err = errors.Join(applyErr, moveErr) // retried in receiver.flow
+			continue
+		}
+		it.moved, it.applyErr = true, applyErr
 	}
-	var res applied
-	err = c.db.Tx(ctx, func(tx *sql.Tx) error {
-		var err error
-		res, err = c.domain.applyTx(ctx, tx, env)
-		return err
-	})
-	if err == nil {
-		c.record(env, res)
-		return nil
-	}
-	if ctx.Err() != nil {
-		return err // stopping: the message comes back after its timeout
-	}
-	// Nothing of the failed apply was kept: hand the envelope to the retry lane.
-	delay := c.lane.policy.Backoff(1)
-	if moveErr := c.db.Tx(ctx, func(tx *sql.Tx) error {
-		return c.lane.escalateTx(ctx, tx, m.Body, env.IdempotencyKey, key, delay)
-	}); moveErr != nil {
-		return errors.Join(err, moveErr)
-	}
-	metricChatEvents.WithLabelValues(string(env.EventType), chatRetry).Inc()
-	c.log.Warn("envelope not applied; moved to "+QueueReceiverRetry, slog.String("event_id", env.IdempotencyKey),
-		slog.String("outcome", "retry"), slog.Any("err", err))
 	return nil
+}
+
+// flowOutcome counts and logs what the committed batch did with it, and
+// returns its message's result.
+func (c *Chat) flowOutcome(it *flowItem) error {
+	env := it.env
+	switch {
+	case it.done:
+		c.record(env, it.res)
+	case it.waiting:
+		return c.awaitConnection(env, it.wait, it.err)
+	case it.moved && it.applyErr != nil:
+		metricChatEvents.WithLabelValues(string(env.EventType), chatRetry).Inc()
+		c.log.Warn("envelope not applied; moved to "+QueueReceiverRetry, slog.String("event_id", env.IdempotencyKey),
+			slog.String("outcome", "retry"), slog.Any("err", it.applyErr))
+	}
+	return it.err
 }
 
 // handleRetry applies an envelope from receiver.retry and releases its
@@ -202,10 +343,11 @@ func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
 	if env == nil {
 		return err
 	}
+	wait, await := decideAwaitConnection(env.ReceivedAt, c.db.Now(), m.Attempt, c.lane.policy.MaxAttempts)
 	var res applied
 	err = c.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if res, err = c.domain.applyTx(ctx, tx, env); err != nil {
+		if res, err = c.domain.applyWaitingTx(ctx, tx, env, await); err != nil {
 			return err
 		}
 		return c.lane.unparkTx(ctx, tx, env.IdempotencyKey)
@@ -213,6 +355,9 @@ func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
 	if err == nil {
 		c.record(env, res)
 		return nil
+	}
+	if ctx.Err() == nil && errors.Is(err, errConnectionUnknown) {
+		return c.awaitConnection(env, wait, err)
 	}
 	if ctx.Err() == nil && m.Attempt >= c.lane.policy.MaxAttempts {
 		// Give up on this one so the thread's later envelopes flow again.
@@ -227,6 +372,16 @@ func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
 		return queue.Permanent(err)
 	}
 	return err
+}
+
+// awaitConnection is the outcome of a business message that waits for its
+// connection (decideAwaitConnection): its queue delivers it again after wait.
+func (c *Chat) awaitConnection(env *Envelope, wait time.Duration, err error) error {
+	metricChatEvents.WithLabelValues(string(env.EventType), chatWaiting).Inc()
+	c.log.Debug("business message waits for its connection", slog.String("event_id", env.IdempotencyKey),
+		slog.String("business_connection_id", env.PayloadNormalized.BusinessConnectionID),
+		slog.Duration("retry_in", wait), slog.String("outcome", chatWaiting))
+	return queue.RetryAfter(wait, err)
 }
 
 // deadInvalid dead-letters an invalid envelope (an update that lacks what

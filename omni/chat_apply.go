@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"switchyard/queue"
@@ -48,6 +49,60 @@ type chatDomain struct {
 	// lockThread is the statement that locks a thread's row before a
 	// message takes the thread's next seq (threadLockQuery); "" runs none.
 	lockThread string
+	// stmts are the queries of chatQueries prepared on the writer
+	// (prepareChatQueries); nil runs them unprepared.
+	stmts map[string]*sql.Stmt
+}
+
+// chatQueries are the statements an envelope's transaction runs, prepared
+// once on the writer so that applying one does not parse its SQL again:
+// parsing was a fifth of the chat role's time.
+var chatQueries = []string{
+	ledgerSeenQuery, ledgerInsertQuery, upsertContactQuery, insertThreadQuery, selectThreadIDQuery,
+	findThreadQuery, findThreadContactQuery, threadStateQuery, findByProviderID, insertMessageSQL, touchThreadQuery,
+	editMessageQuery, deleteMessageQuery, selectConnectionQuery, upsertConnectionQuery, setReachableQuery,
+	selectRuleQuery, connectionContactsQuery, threadRouteQuery, touchOutgoingQuery, lockThreadQuery,
+}
+
+// prepareChatQueries prepares chatQueries on db's writer (on SQLite its one
+// connection; on PostgreSQL each pooled connection prepares a statement on
+// its first use). It must not run inside a transaction. A statement that
+// fails to prepare runs unprepared.
+func prepareChatQueries(db *store.DB) map[string]*sql.Stmt {
+	stmts := make(map[string]*sql.Stmt, len(chatQueries))
+	for _, q := range chatQueries {
+		if q == lockThreadQuery && !db.Postgres() {
+			continue // SQLite parses no FOR UPDATE
+		}
+		if st, err := db.Write.PrepareContext(context.Background(), q); err == nil {
+			stmts[q] = st
+		}
+	}
+	return stmts
+}
+
+// preparedTx runs queries in tx through the statements prepared for them,
+// others as they are.
+type preparedTx struct {
+	tx    *sql.Tx
+	stmts map[string]*sql.Stmt
+}
+
+// q is tx with d's prepared statements.
+func (d *chatDomain) q(tx *sql.Tx) preparedTx { return preparedTx{tx: tx, stmts: d.stmts} }
+
+func (p preparedTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st, ok := p.stmts[query]; ok {
+		return p.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
+	return p.tx.QueryRowContext(ctx, query, args...)
+}
+
+func (p preparedTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st, ok := p.stmts[query]; ok {
+		return p.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	}
+	return p.tx.ExecContext(ctx, query, args...)
 }
 
 // lockThreadQuery locks a thread's row until the transaction ends.
@@ -77,14 +132,64 @@ const (
 // applyTx applies env in tx and records it in the ledger. A second apply of
 // the same idempotency key changes nothing and reports outcomeDuplicate.
 func (d *chatDomain) applyTx(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
+	return d.applyWaitingTx(ctx, tx, env, false)
+}
+
+// errConnectionUnknown is what applying a business message whose
+// connection is not stored yet returns when it may wait for it: nothing was
+// written, and the envelope is to be tried again (decideAwaitConnection).
+const errConnectionUnknown = Error("omni: the message's business connection is not known yet")
+
+// applyWaitingTx is applyTx; with await, a message of a business connection
+// the chat does not know yet is not applied: it fails with
+// errConnectionUnknown.
+func (d *chatDomain) applyWaitingTx(ctx context.Context, tx *sql.Tx, env *Envelope, await bool) (applied, error) {
 	var one int
-	switch err := tx.QueryRowContext(ctx, ledgerSeenQuery, env.IdempotencyKey).Scan(&one); {
+	switch err := d.q(tx).QueryRowContext(ctx, ledgerSeenQuery, env.IdempotencyKey).Scan(&one); {
 	case err == nil:
 		return applied{Outcome: outcomeDuplicate}, nil
 	case !errors.Is(err, sql.ErrNoRows):
 		return applied{}, fmt.Errorf("read ledger: %w", err)
 	}
+	return d.applyNewTx(ctx, tx, env, await)
+}
 
+// ledgerSeenTx returns which of keys the ledger holds: the envelopes of a
+// batch already applied, read in one query.
+func (d *chatDomain) ledgerSeenTx(ctx context.Context, tx *sql.Tx, keys []string) (map[string]bool, error) {
+	seen := map[string]bool{}
+	if len(keys) == 0 {
+		return seen, nil
+	}
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	rows, err := tx.QueryContext(ctx, ledgerSeenManyQuery+"("+placeholders(len(keys))+")", args...)
+	if err != nil {
+		return nil, fmt.Errorf("read ledger: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("read ledger: %w", err)
+		}
+		seen[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read ledger: %w", err)
+	}
+	return seen, nil
+}
+
+const ledgerSeenManyQuery = `select idempotency_key from omni_inbound_events where idempotency_key in `
+
+// placeholders is n comma-separated placeholders.
+func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
+
+// applyNewTx is applyWaitingTx for an envelope the ledger does not hold.
+func (d *chatDomain) applyNewTx(ctx context.Context, tx *sql.Tx, env *Envelope, await bool) (applied, error) {
 	if env.EventType == EventInvalid {
 		return applied{}, invalidEnvelope(env)
 	}
@@ -95,7 +200,7 @@ func (d *chatDomain) applyTx(ctx context.Context, tx *sql.Tx, env *Envelope) (ap
 	if reason, ignore := decideIgnore(env, d.groups); ignore {
 		res = applied{Outcome: outcomeIgnored, Reason: reason}
 	} else {
-		res, err = d.apply(ctx, tx, env)
+		res, err = d.apply(ctx, tx, env, await)
 	}
 	if err != nil {
 		return applied{}, fmt.Errorf("apply %s %s: %w", env.EventType, env.IdempotencyKey, err)
@@ -107,7 +212,7 @@ func (d *chatDomain) applyTx(ctx context.Context, tx *sql.Tx, env *Envelope) (ap
 	if res.Reason != "" {
 		reason = string(res.Reason)
 	}
-	if _, err := tx.ExecContext(ctx, ledgerInsertQuery, env.IdempotencyKey, string(env.EventType), thread,
+	if _, err := d.q(tx).ExecContext(ctx, ledgerInsertQuery, env.IdempotencyKey, string(env.EventType), thread,
 		string(res.Outcome), reason, store.TS(env.OccurredAt), store.TS(env.ReceivedAt), store.TS(d.now())); err != nil {
 		return applied{}, fmt.Errorf("write ledger: %w", err)
 	}
@@ -123,12 +228,14 @@ func invalidEnvelope(env *Envelope) error {
 }
 
 // apply applies an envelope the chat role uses to the chat domain.
-func (d *chatDomain) apply(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
+// With await, a message of an unknown business connection fails with
+// errConnectionUnknown.
+func (d *chatDomain) apply(ctx context.Context, tx *sql.Tx, env *Envelope, await bool) (applied, error) {
 	switch env.EventType {
 	case EventMessageCreated, EventCallbackReceived:
-		return d.messageCreated(ctx, tx, env, nil)
+		return d.messageCreated(ctx, tx, env, nil, await)
 	case EventMessageEdited:
-		return d.messageEdited(ctx, tx, env)
+		return d.messageEdited(ctx, tx, env, await)
 	case EventMessageDeleted:
 		return d.messageDeleted(ctx, tx, env)
 	case EventConnectionUpdated:
@@ -193,13 +300,21 @@ const (
 	findThreadQuery     = `
 		select t.id from omni_threads t join omni_contacts c on c.id = t.contact_id
 		where c.provider = ? and c.business_connection_id = ? and c.provider_user_id = ? and t.channel = ?`
-	hasInboundQuery  = `select count(*) from omni_messages where thread_id = ? and direction = 'inbound'`
-	nextSeqQuery     = `select coalesce(max(seq), 0) + 1 from omni_messages where thread_id = ?`
+	findThreadContactQuery = `
+		select t.id, c.name, c.username from omni_threads t join omni_contacts c on c.id = t.contact_id
+		where c.provider = ? and c.business_connection_id = ? and c.provider_user_id = ? and t.channel = ?`
 	findByProviderID = `select id, edited_at from omni_messages where thread_id = ? and provider_message_id = ?`
+	// threadStateQuery reads, for a new message of an existing thread, the
+	// message of the same provider id (null: none) and whether the thread
+	// has an inbound message.
+	threadStateQuery = `
+		select (select id from omni_messages where thread_id = ? and provider_message_id = ?),
+			(select count(*) from (select 1 from omni_messages where thread_id = ? and direction = 'inbound' limit 1) as inbound)`
+	// insertMessageSQL takes the thread's next seq as max(seq) + 1.
 	insertMessageSQL = `
 		insert into omni_messages (thread_id, seq, direction, origin, kind, text, status, provider_message_id,
 			provider_event_id, provider_date, edited_at, sent_at, created_at, updated_at)
-		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		values (?, (select coalesce(max(seq), 0) + 1 from omni_messages where thread_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		returning id`
 	touchThreadQuery = `
 		update omni_threads set
@@ -225,6 +340,10 @@ const (
 		where omni_business_connections.event_date <= excluded.event_date`
 	setReachableQuery = `update omni_contacts set reachable = ?, unreachable_reason = ?, updated_at = ? where id = ?`
 	selectRuleQuery   = `select enabled, text from omni_rules where name = ?`
+	// connectionContactsQuery tells whether a business connection has
+	// contacts: its messages were applied (without it, if it is unknown).
+	connectionContactsQuery = `
+		select count(*) from (select 1 from omni_contacts where provider = ? and business_connection_id = ? limit 1) as known`
 )
 
 // threadRef is a thread found or created for an envelope.
@@ -238,7 +357,7 @@ func (d *chatDomain) contactTx(ctx context.Context, tx *sql.Tx, env *Envelope) (
 	n := &env.PayloadNormalized
 	now := store.TS(d.now())
 	var id ContactID
-	err := tx.QueryRowContext(ctx, upsertContactQuery, string(env.Provider), n.BusinessConnectionID, n.Chat.ID,
+	err := d.q(tx).QueryRowContext(ctx, upsertContactQuery, string(env.Provider), n.BusinessConnectionID, n.Chat.ID,
 		contactName(n.Chat), n.Chat.Username, now, now).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("upsert contact: %w", err)
@@ -246,15 +365,33 @@ func (d *chatDomain) contactTx(ctx context.Context, tx *sql.Tx, env *Envelope) (
 	return id, nil
 }
 
-// threadTx finds or creates the thread of env's chat.
+// threadTx finds or creates the thread of env's chat, and keeps its
+// contact's name and username as the chat shows them: in one read when the
+// thread exists and the contact is unchanged.
 func (d *chatDomain) threadTx(ctx context.Context, tx *sql.Tx, env *Envelope) (threadRef, error) {
+	n := &env.PayloadNormalized
+	var (
+		id             ThreadID
+		name, username string
+	)
+	switch err := d.q(tx).QueryRowContext(ctx, findThreadContactQuery, string(env.Provider), n.BusinessConnectionID, n.Chat.ID,
+		string(env.Channel)).Scan(&id, &name, &username); {
+	case err == nil:
+		if newName := contactName(n.Chat); (newName == "" || newName == name) && (n.Chat.Username == "" || n.Chat.Username == username) {
+			return threadRef{ID: id}, nil
+		}
+	case !errors.Is(err, sql.ErrNoRows):
+		return threadRef{}, fmt.Errorf("find thread: %w", err)
+	}
 	contact, err := d.contactTx(ctx, tx, env)
 	if err != nil {
 		return threadRef{}, err
 	}
-	n := &env.PayloadNormalized
+	if id != 0 {
+		return threadRef{ID: id}, nil
+	}
 	now := store.TS(d.now())
-	res, err := tx.ExecContext(ctx, insertThreadQuery, int64(contact), string(env.Channel), n.BusinessConnectionID,
+	res, err := d.q(tx).ExecContext(ctx, insertThreadQuery, int64(contact), string(env.Channel), n.BusinessConnectionID,
 		n.AccountID, n.Chat.ID, now, now)
 	if err != nil {
 		return threadRef{}, fmt.Errorf("insert thread: %w", err)
@@ -263,18 +400,19 @@ func (d *chatDomain) threadTx(ctx context.Context, tx *sql.Tx, env *Envelope) (t
 	if err != nil {
 		return threadRef{}, err
 	}
-	var id ThreadID
-	if err := tx.QueryRowContext(ctx, selectThreadIDQuery, int64(contact), string(env.Channel), n.BusinessConnectionID).Scan(&id); err != nil {
+	// Read again: on PostgreSQL another transaction may have created it
+	// meanwhile.
+	if err := d.q(tx).QueryRowContext(ctx, selectThreadIDQuery, int64(contact), string(env.Channel), n.BusinessConnectionID).Scan(&id); err != nil {
 		return threadRef{}, fmt.Errorf("read thread: %w", err)
 	}
 	return threadRef{ID: id, Created: created == 1}, nil
 }
 
 // existingThreadTx finds the thread of env's chat without creating one.
-func existingThreadTx(ctx context.Context, tx *sql.Tx, env *Envelope) (ThreadID, bool, error) {
+func (d *chatDomain) existingThreadTx(ctx context.Context, tx *sql.Tx, env *Envelope) (ThreadID, bool, error) {
 	n := &env.PayloadNormalized
 	var id ThreadID
-	err := tx.QueryRowContext(ctx, findThreadQuery, string(env.Provider), n.BusinessConnectionID, n.Chat.ID, string(env.Channel)).Scan(&id)
+	err := d.q(tx).QueryRowContext(ctx, findThreadQuery, string(env.Provider), n.BusinessConnectionID, n.Chat.ID, string(env.Channel)).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -313,14 +451,29 @@ type queryRower interface {
 
 // messageCreated stores a new message (or a pressed button) in its thread,
 // and queues the automatic acknowledgement when the rules say so. editedAt is
-// set when an edit arrives for a message the thread does not have.
-func (d *chatDomain) messageCreated(ctx context.Context, tx *sql.Tx, env *Envelope, editedAt *time.Time) (applied, error) {
+// set when an edit arrives for a message the thread does not have. Both
+// need the message's business connection (whose owner writes outbound
+// messages, and which says whether the thread can be answered): with await,
+// a business message whose connection is not stored yet is left for later
+// (errConnectionUnknown), before anything is written.
+func (d *chatDomain) messageCreated(ctx context.Context, tx *sql.Tx, env *Envelope, editedAt *time.Time, await bool) (applied, error) {
 	n := &env.PayloadNormalized
 	var conn *BusinessConnection
 	if n.BusinessConnectionID != "" {
 		var err error
-		if conn, err = connectionTx(ctx, tx, n.BusinessConnectionID); err != nil {
+		if conn, err = connectionTx(ctx, d.q(tx), n.BusinessConnectionID); err != nil {
 			return applied{}, err
+		}
+		if conn == nil && await {
+			// A connection the chat has applied messages without before
+			// (their wait ran out) is not waited for again.
+			var known int
+			if err := d.q(tx).QueryRowContext(ctx, connectionContactsQuery, string(env.Provider), n.BusinessConnectionID).Scan(&known); err != nil {
+				return applied{}, fmt.Errorf("read contacts: %w", err)
+			}
+			if known == 0 {
+				return applied{}, errConnectionUnknown
+			}
 		}
 	}
 	th, err := d.threadTx(ctx, tx, env)
@@ -338,26 +491,26 @@ func (d *chatDomain) messageCreated(ctx context.Context, tx *sql.Tx, env *Envelo
 	} else if n.Callback != nil {
 		text = n.Callback.Data
 	}
-	if providerID != nil {
+	// A new thread has no messages. In another, the same provider message
+	// may have come in another update, and one inbound message makes this
+	// one not the first.
+	firstInbound := class.Direction == DirectionInbound
+	if !th.Created {
 		var (
-			existing MessageID
-			edited   store.Timestamp
+			existing sql.NullInt64
+			inbound  int
+			pid      any
 		)
-		err := tx.QueryRowContext(ctx, findByProviderID, int64(th.ID), *providerID).Scan(&existing, &edited)
-		if err == nil {
-			return res, nil // the same provider message came in another update
+		if providerID != nil {
+			pid = *providerID
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return applied{}, fmt.Errorf("find message: %w", err)
+		if err := d.q(tx).QueryRowContext(ctx, threadStateQuery, int64(th.ID), pid, int64(th.ID)).Scan(&existing, &inbound); err != nil {
+			return applied{}, fmt.Errorf("read thread %d: %w", th.ID, err)
 		}
-	}
-	firstInbound := false
-	if class.Direction == DirectionInbound {
-		var inbound int
-		if err := tx.QueryRowContext(ctx, hasInboundQuery, int64(th.ID)).Scan(&inbound); err != nil {
-			return applied{}, fmt.Errorf("count inbound: %w", err)
+		if existing.Valid {
+			return res, nil
 		}
-		firstInbound = inbound == 0
+		firstInbound = firstInbound && inbound == 0
 	}
 	now := d.now()
 	var sentAt store.Timestamp
@@ -376,11 +529,14 @@ func (d *chatDomain) messageCreated(ctx context.Context, tx *sql.Tx, env *Envelo
 	if class.Unread {
 		unread = 1
 	}
-	if _, err := tx.ExecContext(ctx, touchThreadQuery, store.TS(date), store.TS(date), unread, store.Flag(class.Direction == DirectionInbound),
+	if _, err := d.q(tx).ExecContext(ctx, touchThreadQuery, store.TS(date), store.TS(date), unread, store.Flag(class.Direction == DirectionInbound),
 		store.TS(now), int64(th.ID)); err != nil {
 		return applied{}, fmt.Errorf("touch thread: %w", err)
 	}
 
+	if !firstInbound {
+		return res, nil // never acknowledged: no need to read the rule
+	}
 	rule, err := d.autoAckRuleTx(ctx, tx)
 	if err != nil {
 		return applied{}, err
@@ -403,13 +559,9 @@ func (d *chatDomain) insertMessageTx(ctx context.Context, tx *sql.Tx, thread Thr
 	providerDate, editedAt, sentAt store.Timestamp, now time.Time) (MessageID, error) {
 	if d.lockThread != "" {
 		var locked ThreadID
-		if err := tx.QueryRowContext(ctx, d.lockThread, int64(thread)).Scan(&locked); err != nil {
+		if err := d.q(tx).QueryRowContext(ctx, d.lockThread, int64(thread)).Scan(&locked); err != nil {
 			return 0, fmt.Errorf("lock thread %d: %w", thread, err)
 		}
-	}
-	var seq int64
-	if err := tx.QueryRowContext(ctx, nextSeqQuery, int64(thread)).Scan(&seq); err != nil {
-		return 0, fmt.Errorf("next seq: %w", err)
 	}
 	var pid, eid any
 	if providerID != nil {
@@ -419,7 +571,7 @@ func (d *chatDomain) insertMessageTx(ctx context.Context, tx *sql.Tx, thread Thr
 		eid = eventID
 	}
 	var id MessageID
-	err := tx.QueryRowContext(ctx, insertMessageSQL, int64(thread), seq, string(dir), string(origin), string(kind), text,
+	err := d.q(tx).QueryRowContext(ctx, insertMessageSQL, int64(thread), int64(thread), string(dir), string(origin), string(kind), text,
 		string(status), pid, eid, providerDate, editedAt, sentAt, store.TS(now), store.TS(now)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("insert message: %w", err)
@@ -429,13 +581,13 @@ func (d *chatDomain) insertMessageTx(ctx context.Context, tx *sql.Tx, thread Thr
 
 // messageEdited replaces a stored message's text with a newer edit, or stores
 // the edited message when the thread never had it.
-func (d *chatDomain) messageEdited(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
+func (d *chatDomain) messageEdited(ctx context.Context, tx *sql.Tx, env *Envelope, await bool) (applied, error) {
 	n := &env.PayloadNormalized
 	editedAt := env.OccurredAt
 	if n.Message.EditedAt != nil {
 		editedAt = *n.Message.EditedAt
 	}
-	th, found, err := existingThreadTx(ctx, tx, env)
+	th, found, err := d.existingThreadTx(ctx, tx, env)
 	if err != nil {
 		return applied{}, err
 	}
@@ -444,13 +596,13 @@ func (d *chatDomain) messageEdited(ctx context.Context, tx *sql.Tx, env *Envelop
 			id     MessageID
 			stored store.Timestamp
 		)
-		err := tx.QueryRowContext(ctx, findByProviderID, int64(th), *env.ProviderMessageID).Scan(&id, &stored)
+		err := d.q(tx).QueryRowContext(ctx, findByProviderID, int64(th), *env.ProviderMessageID).Scan(&id, &stored)
 		switch {
 		case err == nil:
 			if !decideEdit(stored.Time, editedAt) {
 				return applied{Outcome: outcomeIgnored, Reason: IgnoreStaleEdit, Thread: th}, nil
 			}
-			if _, err := tx.ExecContext(ctx, editMessageQuery, n.Message.Text, string(n.Message.Kind),
+			if _, err := d.q(tx).ExecContext(ctx, editMessageQuery, n.Message.Text, string(n.Message.Kind),
 				store.TS(editedAt), store.TS(d.now()), int64(id)); err != nil {
 				return applied{}, fmt.Errorf("edit message: %w", err)
 			}
@@ -459,13 +611,13 @@ func (d *chatDomain) messageEdited(ctx context.Context, tx *sql.Tx, env *Envelop
 			return applied{}, fmt.Errorf("find message: %w", err)
 		}
 	}
-	return d.messageCreated(ctx, tx, env, &editedAt)
+	return d.messageCreated(ctx, tx, env, &editedAt, await)
 }
 
 // messageDeleted marks the deleted messages of a thread; the rows stay so the
 // operator sees what was said and that it was deleted.
 func (d *chatDomain) messageDeleted(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
-	th, found, err := existingThreadTx(ctx, tx, env)
+	th, found, err := d.existingThreadTx(ctx, tx, env)
 	if err != nil {
 		return applied{}, err
 	}
@@ -474,7 +626,7 @@ func (d *chatDomain) messageDeleted(ctx context.Context, tx *sql.Tx, env *Envelo
 	}
 	now := store.TS(d.now())
 	for _, id := range env.PayloadNormalized.DeletedMessageIDs {
-		if _, err := tx.ExecContext(ctx, deleteMessageQuery, store.TS(env.OccurredAt), now, int64(th), id); err != nil {
+		if _, err := d.q(tx).ExecContext(ctx, deleteMessageQuery, store.TS(env.OccurredAt), now, int64(th), id); err != nil {
 			return applied{}, fmt.Errorf("delete message: %w", err)
 		}
 	}
@@ -486,7 +638,7 @@ func (d *chatDomain) messageDeleted(ctx context.Context, tx *sql.Tx, env *Envelo
 func (d *chatDomain) connectionUpdated(ctx context.Context, tx *sql.Tx, env *Envelope) (applied, error) {
 	c := env.PayloadNormalized.Connection
 	now := store.TS(d.now())
-	res, err := tx.ExecContext(ctx, upsertConnectionQuery, c.ID, env.PayloadNormalized.AccountID, c.UserID, c.UserChatID,
+	res, err := d.q(tx).ExecContext(ctx, upsertConnectionQuery, c.ID, env.PayloadNormalized.AccountID, c.UserID, c.UserChatID,
 		store.Flag(c.Enabled), store.Flag(c.CanReply), store.TS(c.Date), now, now)
 	if err != nil {
 		return applied{}, fmt.Errorf("upsert business connection: %w", err)
@@ -514,10 +666,10 @@ func (d *chatDomain) membershipUpdated(ctx context.Context, tx *sql.Tx, env *Env
 	if change.Reason != "" {
 		reason = change.Reason
 	}
-	if _, err := tx.ExecContext(ctx, setReachableQuery, store.Flag(change.Reachable), reason, store.TS(d.now()), int64(contact)); err != nil {
+	if _, err := d.q(tx).ExecContext(ctx, setReachableQuery, store.Flag(change.Reachable), reason, store.TS(d.now()), int64(contact)); err != nil {
 		return applied{}, fmt.Errorf("set reachable: %w", err)
 	}
-	th, _, err := existingThreadTx(ctx, tx, env)
+	th, _, err := d.existingThreadTx(ctx, tx, env)
 	if err != nil {
 		return applied{}, err
 	}
@@ -527,7 +679,7 @@ func (d *chatDomain) membershipUpdated(ctx context.Context, tx *sql.Tx, env *Env
 // autoAckRuleTx reads the auto-acknowledgement rule: the operator's stored
 // version, else the configured default.
 func (d *chatDomain) autoAckRuleTx(ctx context.Context, tx *sql.Tx) (AutoAckRule, error) {
-	return readAutoAckRule(ctx, tx, d.autoAck)
+	return readAutoAckRule(ctx, d.q(tx), d.autoAck)
 }
 
 func readAutoAckRule(ctx context.Context, q queryRower, def AutoAckRule) (AutoAckRule, error) {
@@ -562,7 +714,7 @@ const (
 // only if its command does.
 func (d *chatDomain) queueOutgoingTx(ctx context.Context, tx *sql.Tx, thread ThreadID, origin Origin, text string) (MessageID, error) {
 	var channel, conn, botID, chatID, provider string
-	err := tx.QueryRowContext(ctx, threadRouteQuery, int64(thread)).Scan(&channel, &conn, &botID, &chatID, &provider)
+	err := d.q(tx).QueryRowContext(ctx, threadRouteQuery, int64(thread)).Scan(&channel, &conn, &botID, &chatID, &provider)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, ErrThreadNotFound
 	}
@@ -576,7 +728,7 @@ func (d *chatDomain) queueOutgoingTx(ctx context.Context, tx *sql.Tx, thread Thr
 		return 0, err
 	}
 	// An operator who replies has read the thread.
-	if _, err := tx.ExecContext(ctx, touchOutgoingQuery, store.TS(now), store.TS(now), store.Flag(origin == OriginOperator),
+	if _, err := d.q(tx).ExecContext(ctx, touchOutgoingQuery, store.TS(now), store.TS(now), store.Flag(origin == OriginOperator),
 		store.TS(now), int64(thread)); err != nil {
 		return 0, fmt.Errorf("touch thread: %w", err)
 	}

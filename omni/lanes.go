@@ -83,6 +83,40 @@ func (l *lane) parked(ctx context.Context, orderKey string) (bool, error) {
 	return n > 0, nil
 }
 
+// parkedKeys returns which of orderKeys have messages in the retry lane, in
+// one read of the read pool, under the rule of parked: a batch of flow
+// messages, each the only one of its key in hand.
+func (l *lane) parkedKeys(ctx context.Context, orderKeys []string) (map[string]bool, error) {
+	parked := map[string]bool{}
+	args := []any{l.name}
+	for _, k := range orderKeys {
+		if k != "" {
+			args = append(args, k)
+		}
+	}
+	if len(args) == 1 {
+		return parked, nil
+	}
+	rows, err := l.db.Read.QueryContext(ctx, parkedManyQuery+"("+placeholders(len(args)-1)+")", args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s lane: read parked keys: %w", l.name, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("%s lane: read parked keys: %w", l.name, err)
+		}
+		parked[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s lane: read parked keys: %w", l.name, err)
+	}
+	return parked, nil
+}
+
+const parkedManyQuery = `select distinct order_key from omni_parked where lane = ? and order_key in `
+
 // escalateTx moves a message into the retry lane, to be handled after delay,
 // and parks its key. Repeating it is harmless: the retry queue drops a second
 // send with the same message key, and the park row is written once. The move

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +103,57 @@ func TestReceiverLanes(t *testing.T) {
 		}
 		if len(dead) != 1 || !strings.Contains(string(dead[0].Body), "poison") || !strings.Contains(dead[0].LastError, "injected failure") {
 			t.Errorf("dead letters = %+v, want the poison envelope with its error", dead)
+		}
+	})
+}
+
+// TestReceiverBatch: the chat role applies a receive's envelopes in one
+// transaction, each in its own savepoint.
+func TestReceiverBatch(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a failing envelope is rolled back alone: its neighbours in the batch are applied once and not retried, it moves to receiver.retry", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		in := NewInbound(InboundOpts{DB: db, Token: inboxToken, WebhookSecret: testSecret})
+		failInserts(t, db, "poison")
+		const n, poisoned = 20, 7
+		for i := range n {
+			text := fmt.Sprintf("hello %d", i)
+			if i == poisoned {
+				text = "poison"
+			}
+			if _, err := in.enqueue(context.Background(), envelopeOf(t, update(1+i, "message", privateMessage(int64(500+i), 1, text, t0)), db.Now())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Started once all are enqueued, so that one receive takes them all.
+		runWorker(t, NewChat(ChatOpts{DB: db, AutoAckText: "got it", PollInterval: 20 * time.Millisecond,
+			Retry: queue.RetryPolicy{MaxAttempts: 2, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}}))
+		testwait.Until(t, 10*time.Second, "", func() bool {
+			return count(t, db, `select count(*) from omni_inbound_events`) == n-1 && count(t, db, `select count(*) from queue_dead where queue = ?`, QueueReceiverRetry) == 1
+		}, func() string { return dumpLanes(t, db) })
+
+		for i := range n {
+			got := threadTexts(t, db, fmt.Sprint(500+i))
+			if i == poisoned {
+				if len(got) != 0 || count(t, db, `select count(*) from omni_contacts where provider_user_id = ?`, fmt.Sprint(500+i)) != 0 {
+					t.Errorf("the failing envelope's chat has %v and a contact: its writes were not rolled back", got)
+				}
+				continue
+			}
+			if want := []string{fmt.Sprintf("hello %d", i), "got it"}; !slices.Equal(got, want) {
+				t.Errorf("chat %d = %v, want %v", 500+i, got, want)
+			}
+		}
+		if f := count(t, db, `select count(*) from queue_failures where queue = ?`, QueueReceiverFlow); f != 0 {
+			t.Errorf("%d failures recorded on %s: the failing envelope's neighbours were retried with it", f, QueueReceiverFlow)
+		}
+		if c := count(t, db, `select count(*) from goqite where queue = ?`, QueueSenderFlow); c != n-1 {
+			t.Errorf("%d commands on %s, want the %d acknowledgements of the applied envelopes", c, QueueSenderFlow, n-1)
+		}
+		if p := count(t, db, `select count(*) from omni_parked`); p != 0 {
+			t.Errorf("%d threads still parked after the dead letter", p)
 		}
 	})
 }

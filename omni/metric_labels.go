@@ -11,8 +11,9 @@ const (
 	// eventInvalid is the event_type of an envelope that does not decode.
 	eventInvalid = "invalid"
 	// Chat outcomes besides the applyOutcome values.
-	chatRetry = "retry" // moved to receiver.retry
-	chatDead  = "dead"  // dead-lettered
+	chatRetry   = "retry"   // moved to receiver.retry
+	chatDead    = "dead"    // dead-lettered
+	chatWaiting = "waiting" // held back until its business connection is known
 
 	// Outcomes of an outbound delivery attempt.
 	sendSent        = "sent"
@@ -25,7 +26,7 @@ const (
 )
 
 var (
-	chatOutcomes = []string{string(outcomeApplied), string(outcomeDuplicate), string(outcomeIgnored), chatRetry, chatDead}
+	chatOutcomes = []string{string(outcomeApplied), string(outcomeDuplicate), string(outcomeIgnored), chatRetry, chatDead, chatWaiting}
 	sendOutcomes = []string{sendSent, sendDuplicate, sendRateLimited, sendRetry, sendFailed, sendRefused, sendDeferred}
 )
 

@@ -34,7 +34,7 @@ var (
 	})
 	metricChatEvents = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_omni_chat_events_total",
-		Help: "Inbound envelopes the chat role handled, by event type and outcome (applied, duplicate, ignored, retry, dead).",
+		Help: "Inbound envelopes the chat role handled, by event type and outcome (applied, duplicate, ignored, retry, dead, waiting).",
 	}, []string{"event_type", "outcome"})
 	metricUpdatesIgnored = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_omni_updates_ignored_total",

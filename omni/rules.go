@@ -182,6 +182,37 @@ func decideAutoAck(rule AutoAckRule, class messageClass, firstInbound bool, chat
 	return rule.Text, true
 }
 
+// connectionWait bounds how long the chat role holds back a business
+// message whose business connection it does not know yet, counted from the
+// webhook's acceptance of the message (Envelope.ReceivedAt).
+// A business_connection update and the messages of its chats have different
+// ordering keys (OrderingKey), so a message can be taken before a
+// connection that Telegram sent first; it waits for it, as the connection
+// decides the message's direction (the owner's own messages are outbound)
+// and whether it is acknowledged. A connection that never comes (the
+// account was connected before the webhook was set) costs each of its
+// chats this wait once: the message is then applied without it.
+const connectionWait = 30 * time.Second
+
+// connectionRecheck is the shortest time between two looks for the
+// connection.
+const connectionRecheck = 500 * time.Millisecond
+
+// decideAwaitConnection says whether a business message received at
+// receivedAt whose connection is unknown waits (and for how long before it
+// is tried again) on its attempt-th delivery of a queue that allows
+// maxAttempts: until connectionWait has passed, spreading the looks so that
+// the queue's attempts never run out first — the last one is kept for
+// applying it — so the message is never dead-lettered for waiting.
+func decideAwaitConnection(receivedAt, now time.Time, attempt, maxAttempts int) (time.Duration, bool) {
+	remaining := receivedAt.Add(connectionWait).Sub(now)
+	left := maxAttempts - attempt - 1
+	if remaining <= 0 || left <= 0 {
+		return 0, false
+	}
+	return min(max(connectionRecheck, remaining/time.Duration(left)), remaining), true
+}
+
 // decideEdit reports whether an edit made at editedAt replaces a stored
 // message last edited at stored (zero: never): edits apply in provider order,
 // so an older edit delivered late does not undo a newer one.

@@ -156,3 +156,32 @@ func TestDecideEdit(t *testing.T) {
 		})
 	}
 }
+
+func TestDecideAwaitConnection(t *testing.T) {
+	t.Parallel()
+	received := time.Date(2026, 2, 21, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name                 string
+		age                  time.Duration
+		attempt, maxAttempts int
+		wait                 bool
+		delay                time.Duration
+	}{
+		{"a fresh message on receiver.flow waits and looks again after connectionRecheck", 0, 1, flowAttempts, true, connectionRecheck},
+		{"on receiver.retry's ten attempts the looks spread over the wait", 0, 1, 10, true, 30 * time.Second / 8},
+		{"the last look comes when the wait ends", 29 * time.Second, 1, flowAttempts, true, connectionRecheck},
+		{"a look never goes past the end of the wait", 29*time.Second + 900*time.Millisecond, 1, flowAttempts, true, 100 * time.Millisecond},
+		{"once the wait is over the message is applied", connectionWait, 1, flowAttempts, false, 0},
+		{"a message older than the wait is applied", time.Hour, 1, flowAttempts, false, 0},
+		{"the queue's last attempt applies it rather than dead-letter it", 0, flowAttempts - 1, flowAttempts, false, 0},
+		{"one attempt in all applies it at once", 0, 1, 1, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			delay, wait := decideAwaitConnection(received, received.Add(tc.age), tc.attempt, tc.maxAttempts)
+			if wait != tc.wait || delay != tc.delay {
+				t.Errorf("decideAwaitConnection = %s %v, want %s %v", delay, wait, tc.delay, tc.wait)
+			}
+		})
+	}
+}

@@ -21,11 +21,25 @@ import (
 // services; it must not hold a database transaction open while it does.
 type HandlerFunc func(ctx context.Context, m Message) error
 
+// BatchHandlerFunc handles the messages of one receive together, e.g. in
+// one transaction (see SavepointTx). It returns one error per message, in
+// the order of msgs, each meaning what HandlerFunc's would; a nil slice
+// acknowledges them all. Messages with one order key are never in one
+// batch: a key's next message is received once the one before it is
+// finished.
+type BatchHandlerFunc func(ctx context.Context, msgs []Message) []error
+
 // WorkerOpts configure Queue.Start. Zero values get defaults.
 type WorkerOpts struct {
-	// Handler is required.
+	// Handler handles one message at a time. Handler or BatchHandler is
+	// required, not both.
 	Handler HandlerFunc
-	// Concurrency bounds how many handlers run at once (default 4).
+	// BatchHandler handles up to 64 messages a call: those one receive
+	// took.
+	BatchHandler BatchHandlerFunc
+	// Concurrency bounds how many messages are handled at once (default
+	// 4): with Handler, how many handlers run at once; with BatchHandler,
+	// how many messages its running calls hold in all.
 	Concurrency int
 	// PollInterval is how often the worker looks for messages whatever it
 	// was told (default 500 ms). Sends in this process wake it at once, and
@@ -76,10 +90,10 @@ type result struct {
 // Start starts a worker on q. ctx carries values to the handlers; cancelling
 // it is a hard stop, like Stop's deadline passing. Call it at wiring time, not
 // inside a transaction (it prepares statements on the writer). Panics
-// without a handler.
+// without a handler, or with both kinds.
 func (q *Queue) Start(ctx context.Context, opts WorkerOpts) *Worker {
-	if opts.Handler == nil {
-		panic("queue: nil handler")
+	if (opts.Handler == nil) == (opts.BatchHandler == nil) {
+		panic("queue: a worker needs a Handler or a BatchHandler")
 	}
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 4
@@ -196,9 +210,14 @@ func (w *Worker) loop() {
 			} else {
 				empty = len(msgs) < min(free, maxReceiveBatch)
 			}
-			for _, m := range msgs {
-				free--
-				go w.handle(m, freed)
+			if w.opts.BatchHandler != nil && len(msgs) > 0 {
+				free -= len(msgs)
+				go w.handleBatch(msgs, freed)
+			} else {
+				for _, m := range msgs {
+					free--
+					go w.handle(m, freed)
+				}
 			}
 			if len(msgs) > 0 && free > 0 && !empty {
 				continue
@@ -267,6 +286,61 @@ func (w *Worker) handle(m Message, freed chan<- struct{}) {
 	}
 	w.resultsMu.Unlock()
 	freed <- struct{}{}
+}
+
+// handleBatch is handle for the messages of one receive, given to the
+// batch handler together; each frees its slot once its result is with the
+// completer.
+func (w *Worker) handleBatch(msgs []Message, freed chan<- struct{}) {
+	start := time.Now()
+	errs := w.callBatch(msgs)
+	dur := time.Since(start)
+	w.resultsMu.Lock()
+	if !w.closed && !w.abandoned.Load() {
+		for i, m := range msgs {
+			w.results <- result{m: m, err: errs[i], dur: dur}
+		}
+	}
+	w.resultsMu.Unlock()
+	// A batch handler that acknowledged its messages in its own
+	// transaction (AckTx) released the next message of each of their order
+	// keys with its commit: the loop looks for them now, not after the
+	// completer's commit.
+	for i, m := range msgs {
+		if errs[i] == nil && m.OrderKey != "" {
+			w.q.sig.wake()
+			break
+		}
+	}
+	for range msgs {
+		freed <- struct{}{}
+	}
+}
+
+// callBatch calls the batch handler: one error per message, whatever it
+// returned (a panic, or a result count that does not match, fails them all).
+func (w *Worker) callBatch(msgs []Message) (errs []error) {
+	defer func() {
+		if p := recover(); p != nil {
+			errs = repeatErr(len(msgs), fmt.Errorf("batch handler panicked: %v", p))
+		}
+	}()
+	errs = w.opts.BatchHandler(w.hctx, msgs)
+	switch {
+	case errs == nil:
+		return make([]error, len(msgs))
+	case len(errs) != len(msgs):
+		return repeatErr(len(msgs), fmt.Errorf("batch handler returned %d results for %d messages", len(errs), len(msgs)))
+	}
+	return errs
+}
+
+func repeatErr(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }
 
 func (w *Worker) call(m Message) (err error) {

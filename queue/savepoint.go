@@ -1,0 +1,54 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"switchyard/store"
+)
+
+// ErrSavepoint is SavepointTx's error when the savepoint itself failed.
+const ErrSavepoint = Error("queue: savepoint failed; the transaction cannot go on")
+
+// SavepointTx runs fn inside a savepoint of tx, a transaction of db.Tx, so
+// that a batch of independent pieces of work (a batch handler's messages)
+// shares one transaction and one commit while each can fail alone. When fn
+// returns nil its writes stay in tx; when it fails they are rolled back, and
+// so is what its sends and publishes would have done after the commit (wake
+// a worker, count a send; write a publish's records), and SavepointTx
+// returns fn's error while tx goes on. When the savepoint itself fails (on
+// SQLite, a full disk or an I/O error rolls the whole transaction back), the
+// error is ErrSavepoint, joined with fn's: tx can then only fail. Calls do
+// not nest, and fn must not run in a record handler of a subscription (its
+// savepoint already keeps such work apart). Functions fn gives
+// db.AfterCommit or db.BeforeCommit directly are not taken back: give them
+// as fn's last step.
+func SavepointTx(ctx context.Context, db *store.DB, tx *sql.Tx, fn func() error) error {
+	w := newWriter(ctx, tx, db)
+	if _, err := w.exec(savepointQuery); err != nil {
+		return fmt.Errorf("%w: savepoint: %w", ErrSavepoint, err)
+	}
+	h := hubFor(db)
+	scope := h.openScope(tx)
+	ferr := fn()
+	if ferr == nil {
+		if _, err := w.exec(releaseSavepointQuery); err != nil {
+			h.closeScope(tx, scope)
+			return fmt.Errorf("%w: release: %w", ErrSavepoint, err)
+		}
+		if err := h.keepScope(ctx, db, tx, scope); err != nil {
+			return fmt.Errorf("%w: %w", ErrSavepoint, err)
+		}
+		return nil
+	}
+	h.closeScope(tx, scope)
+	if _, err := w.exec(rollbackSavepointQuery); err != nil {
+		return errors.Join(ferr, fmt.Errorf("%w: roll back: %w", ErrSavepoint, err))
+	}
+	if _, err := w.exec(releaseSavepointQuery); err != nil {
+		return errors.Join(ferr, fmt.Errorf("%w: release: %w", ErrSavepoint, err))
+	}
+	return ferr
+}
