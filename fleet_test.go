@@ -343,18 +343,6 @@ func (f *fleet) connectCustomers(n int) (string, []int64) {
 	return conn.ID, threads
 }
 
-// botCalls says what the fake Bot API did for the bot of token, for a
-// failure message: its calls and the updates still waiting for delivery.
-func (f *fleet) botCalls(token string) string {
-	var b strings.Builder
-	for _, c := range f.fake.Calls() {
-		if c.Token == token {
-			fmt.Fprintf(&b, "\n  %s %s ok=%v %d %s", c.At.Format(time.StampMilli), c.Method, c.OK, c.ErrorCode, c.Description)
-		}
-	}
-	return fmt.Sprintf("%d updates undelivered; calls:%s", f.fake.Bot(token).PendingUpdates(), b.String())
-}
-
 // sendsOf are the messages the fake delivered for the bot of token.
 func sendsOf(fake *fakebot.Server, token string) []fakebot.Call {
 	var out []fakebot.Call

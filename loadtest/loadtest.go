@@ -245,8 +245,6 @@ func (r *recorder) ok(d time.Duration) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) fail(kind string) { r.failN(kind, 1) }
-
 func (r *recorder) failN(kind string, n int) {
 	r.mu.Lock()
 	r.errors[kind] += int64(n)
