@@ -37,7 +37,7 @@ type loadtestArgs struct {
 	// with --soak).
 	duration *time.Duration
 	// soak is --soak; reportEvery --report-every, nil when unset (then
-	// defaultSoakInterval with --soak, else no rows); users --users; json
+	// defaultSoakInterval with --soak, else no rows); users --user-count; json
 	// --json, the file the rows go to.
 	soak        bool
 	reportEvery *time.Duration
@@ -78,9 +78,9 @@ func (a *loadtestArgs) options() []option {
 		}},
 		{"drain", "", "30s", "how long to wait after the load for consumers to catch up", setDuration(&o.Drain)},
 		{"db", "", "", "the instance's database (its SQLite file or postgres:// URL), to read generated secrets from when the environment has none; a row reads the file's size (and its -wal's) when /metrics has no store gauges", setString(&a.db)},
-		{"soak", "", "false", "a soak: a fixed --rate on a bounded key space (--users, --chats) for --duration (default 30m), a row every --report-every (default 1m), and at the end a count of every accepted request's effect; the exit status is 1 when anything was lost or doubled", setBool(&a.soak)},
+		{"soak", "", "false", "a soak: a fixed --rate on a bounded key space (--user-count, --chats) for --duration (default 30m), a row every --report-every (default 1m), and at the end a count of every accepted request's effect; the exit status is 1 when anything was lost or doubled", setBool(&a.soak)},
 		{"report-every", "", "", "close a row of per-path throughput, p99 and accepted → handled lag, RSS, database and WAL size this often, e.g. 1m (unset: 1m with --soak, else none)", a.setReportEvery},
-		{"users", "", "1000", "Telegram users the outbox events name, and with --soak the identity users the topic path cycles through, each publish a user's next version", setCount(&a.users, 1, "a number of users, 1 or more")},
+		{"user-count", "", "1000", "Telegram users the outbox events name, and with --soak the identity users the topic path cycles through, each publish a user's next version", setCount(&a.users, 1, "a number of users, 1 or more")},
 		{"chats", "", "50", "customers whose webhooks the business inbox gets, each its own thread (with --soak at most 400)", setCount(&o.Customers, 1, "a number of chats, 1 or more")},
 		{"json", "", "", "also write each row, and with --soak the final count, to this file as a line of JSON", setString(&a.json)},
 		{"pid", "", "0", "the instance's process id, whose VmRSS a row reads when /metrics has no process_resident_memory_bytes", setCount(&o.PID, 0, "a process id, or 0")},

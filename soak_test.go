@@ -106,7 +106,7 @@ func TestSoak(t *testing.T) {
 	defer cancel()
 	load := exec.CommandContext(ctx, binary(t), "loadtest",
 		"--url", p.base, "--db", db, "--soak", "--rate", strconv.Itoa(soakRate), "--duration", soakDuration.String(),
-		"--report-every", soakEvery.String(), "--users", strconv.Itoa(soakUsers), "--chats", strconv.Itoa(soakChats),
+		"--report-every", soakEvery.String(), "--user-count", strconv.Itoa(soakUsers), "--chats", strconv.Itoa(soakChats),
 		"--concurrency", "8", "--drain", "2m", "--json", rowsFile, "--pid", strconv.Itoa(p.cmd.Process.Pid))
 	var stdout, stderr bytes.Buffer
 	load.Stdout, load.Stderr = &stdout, &stderr
@@ -350,7 +350,7 @@ func TestSoakOptions(t *testing.T) {
 		return a.runOpts()
 	}
 	t.Run("a soak lasts 30 minutes, closes a row a minute, cycles its users and counts at the end", func(t *testing.T) {
-		o, err := parse(t, "--soak", "--rate", "500", "--users", "300", "--chats", "40")
+		o, err := parse(t, "--soak", "--rate", "500", "--user-count", "300", "--chats", "40")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -349,7 +349,7 @@ func wireRetention(w wiring, qa *queue.Admin, be *backend.Service, ref *referral
 	log := w.log.With(slog.String("subsystem", "retention"))
 	if keep := r.WebhookLedger; keep > 0 && keep < 24*time.Hour {
 		log.Warn("the webhook ledger is kept for less than the 24 hours Telegram may deliver an update again; receiver.flow's idempotency keys still refuse a second webhook of an update for --retention-queue-keys",
-			slog.Duration("retention", keep), slog.Duration("queue_keys", r.QueueKeys))
+			slog.Duration("retention", keep), slog.Duration("queue_keys_retention", r.QueueKeys))
 	}
 	rt := retention.New(retention.Opts{DB: db, Rules: rules, Interval: r.Interval, Logger: log})
 	return rt, part{workers: []worker{rt}}

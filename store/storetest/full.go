@@ -2,7 +2,9 @@ package storetest
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
@@ -85,15 +87,19 @@ func FillUp(tb testing.TB, db *store.DB, keep bool) (makeRoom func()) {
 	}
 }
 
-// CommitWatch tells whether anything was committed to a database. On SQLite,
-// PRAGMA data_version, read on one pinned read connection, changes exactly
-// when another connection commits a change, and stays put for an empty or
-// rolled back transaction. PostgreSQL has no per-database counter of
-// commits, so there the version is a digest of every row of every table: it
-// changes when a commit changed what the database holds.
+// CommitWatch tells whether anything was committed to a database: its
+// version is a digest of every row of every table, which changes when a
+// commit changed what the database holds. On SQLite, PRAGMA data_version,
+// read on one pinned read connection, saves the digest while it stays put:
+// it changes when another connection commits, but also when the store's
+// background checkpointer copies the WAL back and the WAL restarts, which
+// changes nothing the database holds. PostgreSQL has no such counter.
 type CommitWatch struct {
 	db   *store.DB
 	conn *sql.Conn
+
+	dataVersion int64  // SQLite: data_version when digest was taken
+	digest      string // SQLite: the digest at dataVersion
 }
 
 // WatchCommits pins a read connection of db for a CommitWatch.
@@ -116,7 +122,10 @@ func (w *CommitWatch) Version(tb testing.TB) string {
 		if err := w.conn.QueryRowContext(ctx, `pragma data_version`).Scan(&v); err != nil {
 			tb.Fatal(err)
 		}
-		return fmt.Sprint(v)
+		if w.digest == "" || v != w.dataVersion {
+			w.dataVersion, w.digest = v, w.sqliteDigest(tb)
+		}
+		return w.digest
 	}
 	rows, err := w.conn.QueryContext(ctx, `select tablename from pg_tables where schemaname = 'public' order by tablename`)
 	if err != nil {
@@ -143,4 +152,56 @@ func (w *CommitWatch) Version(tb testing.TB) string {
 		digest.WriteString(t + "=" + d + ";")
 	}
 	return digest.String()
+}
+
+// sqliteDigest is a digest of every row of every table, each table read in
+// its b-tree's order (the same for the same rows).
+func (w *CommitWatch) sqliteDigest(tb testing.TB) string {
+	tb.Helper()
+	ctx := context.Background()
+	var tables []string
+	rows, err := w.conn.QueryContext(ctx, `select name from sqlite_schema where type = 'table' and name not like 'sqlite_%' order by name`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			tb.Fatal(err)
+		}
+		tables = append(tables, t)
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	h := sha256.New()
+	for _, t := range tables {
+		fmt.Fprintf(h, "table %q\n", t)
+		rows, err := w.conn.QueryContext(ctx, `select * from "`+t+`"`)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cols, err := rows.Columns()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		for rows.Next() {
+			if err := rows.Scan(ptrs...); err != nil {
+				tb.Fatal(err)
+			}
+			for _, v := range vals {
+				fmt.Fprintf(h, "%T:%q,", v, fmt.Sprint(v))
+			}
+			h.Write([]byte{'\n'})
+		}
+		if err := rows.Err(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
