@@ -611,3 +611,22 @@ func (r Report) Print(w io.Writer) {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
+
+// probeClock is when the probe a generator is timing was accepted (zero:
+// none), for the soak's oldest-waiting reading.
+type probeClock struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (c *probeClock) setProbe(at time.Time) {
+	c.mu.Lock()
+	c.at = at
+	c.mu.Unlock()
+}
+
+func (c *probeClock) waiting() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at
+}

@@ -31,8 +31,7 @@ type topicGen struct {
 	newest    []atomic.Int64
 	published atomic.Int64
 
-	mu      sync.Mutex
-	probeAt time.Time // the probe being timed was accepted then; zero: none
+	probeClock
 }
 
 type probe struct {
@@ -263,18 +262,6 @@ func (g *topicGen) background(ctx context.Context, rec *recorder) {
 			g.setProbe(time.Time{})
 		}
 	}
-}
-
-func (g *topicGen) setProbe(at time.Time) {
-	g.mu.Lock()
-	g.probeAt = at
-	g.mu.Unlock()
-}
-
-func (g *topicGen) waiting() time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.probeAt
 }
 
 // replicaVersion is a user's replica's version; ok is false when the user

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -28,8 +27,7 @@ type webhookGen struct {
 	perChat  []atomic.Int64
 	before   map[string]int
 
-	mu      sync.Mutex
-	probeAt time.Time // the probe being timed was accepted then; zero: none
+	probeClock
 }
 
 // CustomerChatID is the Telegram chat id of load-test customer i.
@@ -165,18 +163,6 @@ func (g *webhookGen) background(ctx context.Context, rec *recorder) {
 		g.setProbe(time.Time{})
 		sleep(ctx, 250*time.Millisecond)
 	}
-}
-
-func (g *webhookGen) setProbe(at time.Time) {
-	g.mu.Lock()
-	g.probeAt = at
-	g.mu.Unlock()
-}
-
-func (g *webhookGen) waiting() time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.probeAt
 }
 
 // threadJSON is a thread as the operators' API lists it.
