@@ -29,6 +29,8 @@ type config struct {
 	PublicURL       string
 	ShutdownTimeout time.Duration
 	BodyLimit       int64
+	// TraceRing is how many recent spans the console's search can show.
+	TraceRing int
 	// SandboxPublic allows the sandbox Bot API on a non-loopback Addr.
 	SandboxPublic bool
 
@@ -107,6 +109,7 @@ func (c *config) serveOptions() []option {
 		{"roles", "SWITCHYARD_ROLES", "all", "workers to run: all, or a comma-separated subset of " + strings.Join(allRoles, ","), c.setRoles},
 		{"public-url", "SWITCHYARD_PUBLIC_URL", "", "URL the console is reached at, for printed links (default http://<addr>)", setString(&c.PublicURL)},
 		{"shutdown-timeout", "SWITCHYARD_SHUTDOWN_TIMEOUT", "15s", "how long in-flight requests and jobs may take to finish on SIGINT/SIGTERM", setPositiveDuration(&c.ShutdownTimeout, "15s")},
+		{"trace-ring", "SWITCHYARD_TRACE_RING", "0", "recent spans kept in memory for the console's search, with no collector needed (0: none; demo: 8192); export is OTEL_TRACES_EXPORTER's", setCount(&c.TraceRing, 0, "a number of spans, 0 or more")},
 	}
 }
 

@@ -73,7 +73,7 @@ func demoOptions(d *demoTraffic, c *config) []option {
 // defaults to warn, for the progress lines are the show and the log keeps to
 // what needs attention.
 func demoServeOptions(c *config) []option {
-	return withDefault(c.options("serve"), "log-level", "warn")
+	return withDefault(withDefault(c.options("serve"), "log-level", "warn"), "trace-ring", "8192")
 }
 
 // demoCmd is `switchyard demo`: serve with the same flags, on the sandbox Bot

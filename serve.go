@@ -15,6 +15,7 @@ import (
 	"switchyard/connlimit"
 	"switchyard/mask"
 	"switchyard/store"
+	"switchyard/telemetry"
 )
 
 func newLogger(cfg *config, w io.Writer) *slog.Logger {
@@ -150,6 +151,11 @@ func serve(ctx context.Context, cfg *config, run *demoRun, stdout, stderr io.Wri
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	tracing, err := telemetry.Setup(ctx, telemetry.Options{RingSize: cfg.TraceRing, Console: stderr, Version: version()})
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, log)
 	db, err := openServeStore(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -164,7 +170,7 @@ func serve(ctx context.Context, cfg *config, run *demoRun, stdout, stderr io.Wri
 		return err
 	}
 	u := serveURLs(cfg, ln)
-	app, err := wireRun(ctx, cfg, db, sec, log, u, run)
+	app, err := wireRun(ctx, cfg, db, sec, log, u, run, tracing.Ring)
 	if err != nil {
 		ln.Close()
 		return err
@@ -178,6 +184,16 @@ func serve(ctx context.Context, cfg *config, run *demoRun, stdout, stderr io.Wri
 	log.Info("switchyard started", slog.String("addr", ln.Addr().String()), slog.String("db", store.Redact(cfg.DB)),
 		slog.Any("roles", cfg.Roles), slog.String("version", version()))
 	return runServer(ctx, cfg, srv, ln, app.workers, log)
+}
+
+// shutdownTracing sends the spans still buffered to the exporter, giving it
+// a few seconds: a collector that is down must not hold the exit.
+func shutdownTracing(t *telemetry.Tracing, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("trace export at shutdown", slog.Any("err", err))
+	}
 }
 
 // openServeStore opens the database serve runs on, refuses a damaged one

@@ -17,6 +17,7 @@ import (
 	"switchyard/store"
 	"switchyard/telegram"
 	tgsandbox "switchyard/telegram/sandbox"
+	"switchyard/telemetry"
 	"switchyard/web"
 )
 
@@ -59,6 +60,8 @@ type wiring struct {
 	// surface that checks a secret, so a client's failures count together
 	// wherever it guesses.
 	authLimit *authlimit.Limiter
+	// traces are the recent spans kept for the console, nil when none are.
+	traces *telemetry.Ring
 }
 
 // part is what one subsystem adds to the process: routes on the root router
@@ -75,13 +78,13 @@ type part struct {
 // wire builds the subsystems a serving process runs, one function each, and
 // the console that serves their routes.
 func wire(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog.Logger, u urls) (*app, error) {
-	return wireRun(ctx, cfg, db, sec, log, u, nil)
+	return wireRun(ctx, cfg, db, sec, log, u, nil, nil)
 }
 
 // wireRun is wire with run, `switchyard demo`'s run (nil under serve), which
 // it hands to the demo worker.
-func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog.Logger, u urls, run *demoRun) (*app, error) {
-	w := wiring{cfg: cfg, db: db, sec: sec, log: log, u: u,
+func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *slog.Logger, u urls, run *demoRun, traces *telemetry.Ring) (*app, error) {
+	w := wiring{cfg: cfg, db: db, sec: sec, log: log, u: u, traces: traces,
 		authLimit: authlimit.New(authlimit.Opts{Logger: log.With(slog.String("subsystem", "auth")), TrustedProxies: cfg.TrustedProxies})}
 	queues, queuesPart := wireQueues(w)
 	sb, sandboxPart, err := wireSandbox(ctx, w)
@@ -128,6 +131,7 @@ func consoleOptions(w wiring) web.Options {
 		DB:          w.db,
 		AdminToken:  w.sec.AdminToken,
 		Logger:      w.log,
+		Traces:      w.traces,
 		AuthLimiter: w.authLimit,
 		BodyLimit:   w.cfg.BodyLimit,
 		Version:     version(),

@@ -8,6 +8,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"switchyard/telemetry"
 )
 
 // ErrClosed is returned by Tx after Close.
@@ -45,6 +50,25 @@ type TxFunc func(tx *sql.Tx) error
 // but anything it does outside the database belongs in AfterCommit. The
 // context rules are the same.
 func (db *DB) Tx(ctx context.Context, fn TxFunc) error {
+	if !telemetry.Enabled() {
+		return db.tx(ctx, fn)
+	}
+	ctx, span := telemetry.Start(ctx, "store.tx", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("db.system.name", db.system())))
+	err := db.tx(ctx, fn)
+	telemetry.End(span, err)
+	return err
+}
+
+// system is the database's db.system.name, as a span names it.
+func (db *DB) system() string {
+	if db.Postgres() {
+		return "postgresql"
+	}
+	return "sqlite"
+}
+
+func (db *DB) tx(ctx context.Context, fn TxFunc) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"switchyard/httpjson"
+	"switchyard/telemetry"
 )
 
 var (
@@ -76,7 +77,8 @@ func newRequestID() string {
 }
 
 // observe gives every request an id (X-Request-Id, kept from the caller when
-// sane), a logger carrying it, an access-log line and metrics. The query string
+// sane), a logger carrying it, a server span named by its route template
+// (continuing the caller's traceparent), an access-log line and metrics. The query string
 // is never logged: a login link carries the admin token there.
 func observe(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -86,7 +88,11 @@ func observe(log *slog.Logger, next http.Handler) http.Handler {
 			id = newRequestID()
 		}
 		w.Header().Set("X-Request-Id", id)
+		r, span := telemetry.ServerSpan(r)
 		reqLog := log.With(slog.String("request_id", id))
+		if tid := telemetry.TraceID(r.Context()); tid != "" {
+			reqLog = reqLog.With(slog.String("trace_id", tid))
+		}
 		route := &routeHolder{}
 		ctx := context.WithValue(httpjson.WithLogger(r.Context(), reqLog), routeKey{}, route)
 		r = r.WithContext(ctx)
@@ -99,6 +105,7 @@ func observe(log *slog.Logger, next http.Handler) http.Handler {
 		}
 		elapsed := time.Since(start)
 		tmpl := routeTemplate(r)
+		telemetry.EndServer(span, r.Method, tmpl, sw.status)
 		httpRequests.WithLabelValues(tmpl, r.Method, strconv.Itoa(sw.status)).Inc()
 		httpDuration.WithLabelValues(tmpl).Observe(elapsed.Seconds())
 		reqLog.LogAttrs(r.Context(), slog.LevelInfo, "http",

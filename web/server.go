@@ -22,6 +22,7 @@ import (
 	"switchyard/authlimit"
 	"switchyard/httpjson"
 	"switchyard/store"
+	"switchyard/telemetry"
 )
 
 // DefaultBodyLimit caps request bodies unless Options.BodyLimit says otherwise.
@@ -38,6 +39,9 @@ type Options struct {
 	DB         *store.DB
 	AdminToken string
 	Logger     *slog.Logger
+	// Traces are the recent spans the console's search shows with an item's
+	// trace; nil when none are kept (--trace-ring 0).
+	Traces *telemetry.Ring
 	// AuthLimiter throttles failed attempts with the admin token (login and
 	// Bearer). Pass the process's one limiter, so that every surface counts
 	// a client's failures together; nil gets a limiter of this server's own.
