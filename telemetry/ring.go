@@ -74,7 +74,7 @@ func (r *Ring) OnEnd(s sdktrace.ReadOnlySpan) {
 	}
 	for _, a := range s.Attributes() {
 		k := string(a.Key)
-		rec.Attributes = append(rec.Attributes, Attr{Key: k, Value: mask.Field(k, a.Value.Emit())})
+		rec.Attributes = append(rec.Attributes, Attr{Key: k, Value: mask.Field(k, a.Value.String())})
 	}
 	for _, l := range s.Links() {
 		rec.Links = append(rec.Links, Link{TraceID: l.SpanContext.TraceID().String(), SpanID: l.SpanContext.SpanID().String()})

@@ -86,7 +86,7 @@ func (r *Recorder) WaitFor(t testing.TB, within time.Duration, name string, matc
 func Attr(s sdktrace.ReadOnlySpan, key string) string {
 	for _, a := range s.Attributes() {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""
@@ -119,7 +119,7 @@ func AssertClean(t testing.TB, spans []sdktrace.ReadOnlySpan, secrets ...string)
 			}
 		}
 		for _, a := range s.Attributes() {
-			k, v := string(a.Key), a.Value.Emit()
+			k, v := string(a.Key), a.Value.String()
 			for _, secret := range secrets {
 				if secret != "" && strings.Contains(v, secret) {
 					t.Errorf("span %q: attribute %s holds a secret", s.Name(), k)
