@@ -16,6 +16,11 @@ import (
 
 	"github.com/mymmrac/telego"
 	ta "github.com/mymmrac/telego/telegoapi"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"switchyard/telemetry"
 )
 
 // DefaultAPIURL is the real Bot API server.
@@ -154,11 +159,48 @@ type caller struct {
 }
 
 func (c caller) Call(ctx context.Context, url string, data *ta.RequestData) (*ta.Response, error) {
+	var span trace.Span
+	if telemetry.Enabled() {
+		method := apiMethod(url)
+		ctx, span = telemetry.Start(ctx, "telegram "+method, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("telegram.method", method)))
+	}
 	resp, err := c.call(ctx, url, data)
 	if err != nil && c.token != "" && strings.Contains(err.Error(), c.token) {
-		return nil, &redactedError{msg: strings.ReplaceAll(err.Error(), c.token, "<token>"), cause: err}
+		err = &redactedError{msg: strings.ReplaceAll(err.Error(), c.token, "<token>"), cause: err}
+		resp = nil
+	}
+	if span != nil {
+		endCallSpan(span, resp, err)
 	}
 	return resp, err
+}
+
+// apiMethod is the Bot API method a call URL names (its last path segment,
+// after the token), or "call" when there is none.
+func apiMethod(url string) string {
+	i := strings.LastIndexByte(url, '/')
+	if i < 0 || i == len(url)-1 {
+		return "call"
+	}
+	return url[i+1:]
+}
+
+// endCallSpan records a Bot API call's outcome on its span: the answer's ok
+// and error_code (429 with its retry_after) — never the URL, whose path holds
+// the token, nor the description, which can quote the message.
+func endCallSpan(span trace.Span, resp *ta.Response, err error) {
+	if resp != nil {
+		span.SetAttributes(attribute.Bool("telegram.ok", resp.Ok))
+		if !resp.Ok {
+			span.SetAttributes(attribute.Int("telegram.error_code", resp.ErrorCode))
+			if resp.Parameters != nil && resp.Parameters.RetryAfter > 0 {
+				span.SetAttributes(attribute.Int("telegram.retry_after", resp.Parameters.RetryAfter))
+			}
+			span.SetStatus(codes.Error, "telegram error "+strconv.Itoa(resp.ErrorCode))
+		}
+	}
+	telemetry.End(span, err)
 }
 
 func (c caller) call(ctx context.Context, url string, data *ta.RequestData) (*ta.Response, error) {
