@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -78,10 +79,18 @@ func TestChunkFailureIsolation(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = sub.Stop(context.Background()) })
-		testwait.Until(t, 20*time.Second, "every record committed", func() bool {
+		// A commit is visible to readers a moment before its after-commit
+		// functions run, so the wait is for both.
+		testwait.Until(t, 20*time.Second, "every record committed and its after-commit function run", func() bool {
 			var committed int
 			_ = db.Read.QueryRow(`select committed from queue_group_offsets where topic = 'chunk.in' and grp = 'chunk'`).Scan(&committed)
-			return committed == records
+			mu.Lock()
+			defer mu.Unlock()
+			return committed == records && len(after) == records
+		}, func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return fmt.Sprintf("after-commit runs by offset: %v", after)
 		})
 		mu.Lock()
 		defer mu.Unlock()
