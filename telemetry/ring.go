@@ -107,6 +107,15 @@ func (r *Ring) Linked(traceID string) []SpanRecord {
 	})
 }
 
+// Naming returns the kept spans with an attribute whose value is value (an
+// id: a Telegram user id, a message id, an idempotency key), in start order,
+// so that an item found in the database leads to the traces that touched it.
+func (r *Ring) Naming(value string) []SpanRecord {
+	return r.find(func(s *SpanRecord) bool {
+		return slices.ContainsFunc(s.Attributes, func(a Attr) bool { return a.Value == value })
+	})
+}
+
 // Len is how many spans the ring holds.
 func (r *Ring) Len() int {
 	r.mu.Lock()
