@@ -29,6 +29,8 @@ import (
 	"switchyard/httpjson/httpjsontest"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/telemetry"
+	"switchyard/telemetry/telemetrytest"
 	"switchyard/web"
 )
 
@@ -523,6 +525,30 @@ func TestOpenAPIContract(t *testing.T) {
 			t.Fatalf("only %d times in %d answers: the check saw too little", times, len(c.answers))
 		}
 	})
+}
+
+// TestOpenAPIContractCarriesTraceparent: an event emitted while tracing
+// carries the emit's traceparent in GET /bot/events/pending, and the
+// document accepts the answer (the field is optional: TestOpenAPIContract's
+// answers, untraced, have none). Not parallel: it records spans process-wide.
+func TestOpenAPIContractCarriesTraceparent(t *testing.T) {
+	telemetrytest.Record(t)
+	s := newContractStack(t, unthrottled, 0)
+	c := loadContract(t, s)
+	var erin backend.User
+	c.admin(t, s, "POST", "/users", `{"link":"erin","name":"Erin","telegramId":"4545"}`, 201, &erin)
+	c.admin(t, s, "POST", fmt.Sprintf("/users/%d/nft", erin.UID), `{"level":"lp2"}`, 200, nil)
+	var pending contract.PendingResponse
+	body := c.check(t, s, exchange{name: "a page with a traced event", method: "GET", path: "/bot/events/pending", want: 200, valid: true})
+	if err := json.Unmarshal(body, &pending); err != nil {
+		t.Fatal(err)
+	}
+	if len(pending.Events) != 1 {
+		t.Fatalf("%d events, want the one emitted: %s", len(pending.Events), body)
+	}
+	if _, ok := telemetry.Parse(pending.Events[0].Traceparent); !ok {
+		t.Fatalf("the event's traceparent %q is not a valid one: %s", pending.Events[0].Traceparent, body)
+	}
 }
 
 // validPath is a documented path with valid parameters.

@@ -27,6 +27,10 @@
 //     user's key in EmitTx), so the pending order never hands out a later
 //     event before an earlier one commits.
 //
+// Traces: an emit is a producer span, bot.outbox.emit, in the trace of the
+// action that emits; the row keeps its traceparent, and the pending answer
+// hands it to the consumer as the event's optional traceparent field.
+//
 // The tables it owns — bot_event_outbox, users, web_notifications and
 // telegram_connect_tokens (migrations 00004, 00012) — are read and written
 // here only; the console asks the Outbox (ListEvents, CountUnfinished,

@@ -140,6 +140,10 @@ const timePattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-
 // telegramIDPattern is what ParseTelegramID accepts, within int64's range.
 const telegramIDPattern = `^[1-9][0-9]{0,18}$`
 
+// traceparentPattern is a W3C traceparent of version 00, as the backend
+// writes one (telemetry.Traceparent): trace id, parent span id, flags.
+const traceparentPattern = `^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`
+
 var (
 	tInteger = schema{"type": "integer", "format": "int64"}
 	tID      = schema{"type": "integer", "format": "int64", "minimum": 1}
@@ -280,6 +284,11 @@ func OpenAPI() OpenAPIDocument {
 				"payload":    nullable("object"),
 				"createdAt":  tTime,
 				"attempts":   tInteger,
+				"traceparent": described(schema{"type": "string", "pattern": traceparentPattern},
+					"Optional: the W3C traceparent of the emit's span (bot.outbox.emit), for a consumer to link "+
+						"its handling of the event to the backend action that emitted it. Absent when the emit "+
+						"was not traced; added after the first version of the contract, so a consumer must not "+
+						"require it."),
 			}, "id", "eventType", "telegramId", "magnetUid", "payload", "createdAt", "attempts"),
 			"PendingResponse": object(schema{"events": schema{"type": "array", "items": ref("Event")}}, "events"),
 			"AckRequest": object(schema{

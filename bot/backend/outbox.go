@@ -17,9 +17,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"switchyard/bot/contract"
 	"switchyard/store"
+	"switchyard/telemetry"
 )
 
 var (
@@ -189,8 +192,8 @@ type NewEvent struct {
 }
 
 const insertEventSQL = `
-	insert into bot_event_outbox (event_type, telegram_id, magnet_uid, payload, created_at, attempts, user_key)
-	values (?, ?, ?, ?, ?, 0, ?)
+	insert into bot_event_outbox (event_type, telegram_id, magnet_uid, payload, created_at, attempts, user_key, traceparent)
+	values (?, ?, ?, ?, ?, 0, ?, ?)
 	returning id`
 
 // lockUserSQL is how EmitTx, on PostgreSQL, makes one user's events commit
@@ -210,9 +213,18 @@ const lockUserSQL = `select pg_advisory_xact_lock(1651471480, hashtext(cast(? as
 // (on PostgreSQL, behind the user's advisory lock: see lockUserSQL), so the
 // event commits or rolls back with the caller's business change, and one
 // user's events commit in id order. Call Notify after the commit (or use Tx).
-func (o *Outbox) EmitTx(ctx context.Context, tx *sql.Tx, ev NewEvent) (contract.EventID, error) {
+//
+// The emit is a producer span, bot.outbox.emit, in the trace of ctx (the
+// backend action's); the row keeps that span's traceparent, which GET
+// /bot/events/pending hands to the bot so that its handling links to it.
+func (o *Outbox) EmitTx(ctx context.Context, tx *sql.Tx, ev NewEvent) (id contract.EventID, err error) {
 	if !ev.Type.Valid() {
 		return 0, contract.Invalidf("unknown event type %q", ev.Type)
+	}
+	ctx, span := telemetry.Start(ctx, "bot.outbox.emit", trace.WithSpanKind(trace.SpanKindProducer))
+	defer func() { endEmit(span, id, err) }()
+	if span.IsRecording() {
+		span.SetAttributes(emitAttributes(ev)...)
 	}
 	var payload any
 	if p := bytes.TrimSpace(ev.Payload); len(p) > 0 && string(p) != "null" {
@@ -228,15 +240,37 @@ func (o *Outbox) EmitTx(ctx context.Context, tx *sql.Tx, ev NewEvent) (contract.
 			return 0, fmt.Errorf("emit %s: lock the user's events: %w", ev.Type, err)
 		}
 	}
-	var id contract.EventID
-	err := tx.QueryRowContext(ctx, insertEventSQL,
-		string(ev.Type), nullString(tg), nullUID(uid), payload, store.TS(o.db.Now()), key,
+	err = tx.QueryRowContext(ctx, insertEventSQL,
+		string(ev.Type), nullString(tg), nullUID(uid), payload, store.TS(o.db.Now()), key, telemetry.Traceparent(ctx),
 	).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("emit %s: %w", ev.Type, err)
 	}
 	o.db.AfterCommit(tx, func() { metricEmitted.WithLabelValues(string(ev.Type)).Inc() })
 	return id, nil
+}
+
+// emitAttributes name what an emit is about: its type and its user, by the
+// ids the console's search finds a trace by.
+func emitAttributes(ev NewEvent) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		attribute.String("bot.event_type", string(ev.Type)),
+	}
+	if ev.Target.TelegramID != "" {
+		attrs = append(attrs, telemetry.String("telegram.user_id", string(ev.Target.TelegramID)))
+	}
+	if ev.Target.MagnetUID != 0 {
+		attrs = append(attrs, telemetry.String("bot.magnet_uid", strconv.FormatInt(int64(ev.Target.MagnetUID), 10)))
+	}
+	return attrs
+}
+
+// endEmit ends an emit's span with the event's id, once the insert gave one.
+func endEmit(span trace.Span, id contract.EventID, err error) {
+	if id != 0 && span.IsRecording() {
+		span.SetAttributes(attribute.Int64("bot.event_id", int64(id)))
+	}
+	telemetry.End(span, err)
 }
 
 // Emit writes ev in a transaction of its own (exactly one INSERT) and wakes
@@ -346,7 +380,7 @@ func (o *Outbox) EmitStructOvertake(ctx context.Context, t Target, payload json.
 // backlog instead of walking idx_bot_event_outbox_pending. Spelled out, both
 // dialects walk the index and stop at the limit (TestPendingQueryPlan).
 const pendingSQL = `
-	select o.id, o.event_type, o.telegram_id, o.magnet_uid, o.payload, o.created_at, o.attempts
+	select o.id, o.event_type, o.telegram_id, o.magnet_uid, o.payload, o.created_at, o.attempts, o.traceparent
 	from bot_event_outbox o
 	where o.processed_at is null and o.dead_lettered_at is null
 	  and (o.next_retry_at is null or o.next_retry_at <= ?)
@@ -376,7 +410,7 @@ func (o *Outbox) Pending(ctx context.Context, limit int) ([]contract.Event, erro
 			payload sql.NullString
 			created store.Timestamp
 		)
-		if err := rows.Scan(&e.ID, &e.EventType, &tg, &uid, &payload, &created, &e.Attempts); err != nil {
+		if err := rows.Scan(&e.ID, &e.EventType, &tg, &uid, &payload, &created, &e.Attempts, &e.Traceparent); err != nil {
 			return nil, fmt.Errorf("pending events: %w", err)
 		}
 		e.TelegramID, e.MagnetUID = tgPtr(tg), uidPtr(uid)
@@ -642,6 +676,9 @@ type EventRecord struct {
 	DeadLettered   bool                 `json:"deadLettered"`
 	DeadLetteredAt *time.Time           `json:"deadLetteredAt"`
 	State          EventState           `json:"state"`
+	// Traceparent is the emit's span (bot.outbox.emit), when it was traced:
+	// the trace of the backend action that wrote the event.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // EventFilter selects events for ListEvents. Zero fields select everything;
@@ -659,7 +696,7 @@ type EventFilter struct {
 }
 
 const recordColumns = `id, event_type, telegram_id, magnet_uid, payload, created_at, processed_at, attempts,
-	claimed_at, locked_until, last_error, last_attempt_at, next_retry_at, dead_lettered_at`
+	claimed_at, locked_until, last_error, last_attempt_at, next_retry_at, dead_lettered_at, traceparent`
 
 var stateWhere = map[EventState]string{
 	stateUnfiltered: `1 = 1`,
@@ -814,7 +851,7 @@ func scanRecord(s scanner) (EventRecord, error) {
 		dead                                              store.Timestamp
 	)
 	err := s.Scan(&r.ID, &r.EventType, &tg, &uid, &payload, &created, &processed, &r.Attempts,
-		&claimed, &locked, &lastErr, &lastAt, &next, &dead)
+		&claimed, &locked, &lastErr, &lastAt, &next, &dead, &r.Traceparent)
 	if err != nil {
 		return EventRecord{}, err
 	}

@@ -135,6 +135,12 @@ type Event struct {
 	Payload    json.RawMessage `json:"payload"`
 	CreatedAt  time.Time       `json:"createdAt"`
 	Attempts   int             `json:"attempts"`
+	// Traceparent is the W3C traceparent of the emit's span
+	// (bot.outbox.emit), which the consumer's handling of the event links
+	// to. It is optional and was added to the contract later: absent when
+	// the emit was not traced (tracing off, or an event older than the
+	// field), and a consumer that does not read it loses only the link.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // UserKey is the identity the pending order groups by: "uid:<n>" when the

@@ -128,3 +128,28 @@ func TestImports(t *testing.T) {
 		})
 	}
 }
+
+// TestEventTraceparentIsOptional: the traceparent came to the contract after
+// its first version, so an event without one is written exactly as before
+// (no key), and an answer without the key reads as before.
+func TestEventTraceparentIsOptional(t *testing.T) {
+	t.Parallel()
+	tg := TelegramID("42")
+	ev := Event{ID: 7, EventType: EventRegistered, TelegramID: &tg, Payload: json.RawMessage(`null`)}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "traceparent") {
+		t.Fatalf("an event without a trace is written with the key: %s", b)
+	}
+	var back Event
+	if err := json.Unmarshal(b, &back); err != nil || back.Traceparent != "" || back.ID != 7 {
+		t.Fatalf("read back %+v, %v", back, err)
+	}
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	if err := json.Unmarshal([]byte(`{"id":8,"eventType":"registered","telegramId":"42","magnetUid":null,"payload":null,`+
+		`"createdAt":"2026-01-15T12:00:00.000000Z","attempts":0,"traceparent":"`+tp+`"}`), &back); err != nil || back.Traceparent != tp {
+		t.Fatalf("read %+v, %v; want the traceparent", back, err)
+	}
+}

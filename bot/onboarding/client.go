@@ -13,7 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"switchyard/bot/contract"
+	"switchyard/telemetry"
 )
 
 // maxClientBody caps a response body the client reads (500 events with large
@@ -22,6 +26,11 @@ const maxClientBody = 32 << 20
 
 // BackendClient calls the backend's /bot/* contract with the shared secret.
 // It is the bot's side of the same definitions the backend serves.
+//
+// Each call is a client span named by its operation (backendCall) and sends
+// the span's traceparent header, so the backend's server span of the route
+// joins the caller's trace. The span records the method, the route template
+// and the answer's status, never the URL, the secret or a body.
 type BackendClient struct {
 	base   string
 	secret string
@@ -65,7 +74,34 @@ func (e *APIError) Temporary() bool {
 	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
 }
 
-func (c *BackendClient) do(ctx context.Context, method, path string, query url.Values, in, out any) error {
+// backendCall is one operation of the contract: the client span it is
+// (<subsystem>.<step>), its method and its route template.
+type backendCall struct {
+	span, method, route string
+}
+
+// The operations of the contract the bot calls.
+var (
+	callPending     = backendCall{"bot.events.poll", http.MethodGet, "/bot/events/pending"}
+	callAck         = backendCall{"bot.events.ack", http.MethodPost, "/bot/events/ack"}
+	callLeader      = backendCall{"bot.leader.resolve", http.MethodGet, "/bot/leader/resolve"}
+	callUserState   = backendCall{"bot.user.state", http.MethodGet, "/bot/user/state"}
+	callBind        = backendCall{"bot.telegram.bind", http.MethodPost, "/bot/telegram/bind"}
+	callNotify      = backendCall{"bot.notification.add", http.MethodPost, "/bot/notification"}
+	callConnectLink = backendCall{"bot.connect_link.mint", http.MethodPost, "/bot/telegram/connect-link"}
+	callRedeem      = backendCall{"bot.connect_link.redeem", http.MethodPost, "/bot/telegram/connect-link/redeem"}
+	callCheck       = backendCall{"bot.account.check", http.MethodGet, "/auth/check-account-by-telegram/{id}"}
+)
+
+// do makes call at path (call's route with its parameters filled in) inside
+// the call's client span.
+func (c *BackendClient) do(ctx context.Context, call backendCall, path string, query url.Values, in, out any) (err error) {
+	ctx, span := telemetry.Start(ctx, call.span, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("http.request.method", call.method), attribute.String("http.route", call.route))
+	}
+	defer func() { telemetry.End(span, err) }()
+	method := call.method
 	u := c.base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
@@ -87,9 +123,15 @@ func (c *BackendClient) do(ctx context.Context, method, path string, query url.V
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if tp := telemetry.Traceparent(ctx); tp != "" {
+		req.Header.Set("traceparent", tp)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	}
 	defer func() {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxClientBody))
@@ -128,7 +170,7 @@ func (c *BackendClient) Pending(ctx context.Context, limit int, wait time.Durati
 		q.Set("wait", strconv.Itoa(secs))
 	}
 	var res contract.PendingResponse
-	if err := c.do(ctx, http.MethodGet, "/bot/events/pending", q, nil, &res); err != nil {
+	if err := c.do(ctx, callPending, callPending.route, q, nil, &res); err != nil {
 		return nil, err
 	}
 	return res.Events, nil
@@ -143,21 +185,21 @@ func (c *BackendClient) Ack(ctx context.Context, req contract.AckRequest) (contr
 		req.RetryIDs = []contract.EventID{}
 	}
 	var res contract.AckResult
-	err := c.do(ctx, http.MethodPost, "/bot/events/ack", nil, req, &res)
+	err := c.do(ctx, callAck, callAck.route, nil, req, &res)
 	return res, err
 }
 
 // ResolveLeader resolves a referral code; an unknown code is ErrLeaderNotFound.
 func (c *BackendClient) ResolveLeader(ctx context.Context, code string) (contract.Leader, error) {
 	var l contract.Leader
-	err := c.do(ctx, http.MethodGet, "/bot/leader/resolve", url.Values{"code": {code}}, nil, &l)
+	err := c.do(ctx, callLeader, callLeader.route, url.Values{"code": {code}}, nil, &l)
 	return l, err
 }
 
 // UserState reads the state of the account bound to tg; none is ErrUserNotFound.
 func (c *BackendClient) UserState(ctx context.Context, tg contract.TelegramID) (contract.UserState, error) {
 	var s contract.UserState
-	err := c.do(ctx, http.MethodGet, "/bot/user/state", url.Values{"telegramId": {string(tg)}}, nil, &s)
+	err := c.do(ctx, callUserState, callUserState.route, url.Values{"telegramId": {string(tg)}}, nil, &s)
 	return s, err
 }
 
@@ -165,7 +207,7 @@ func (c *BackendClient) UserState(ctx context.Context, tg contract.TelegramID) (
 // confirmation. Conflicts are ErrTelegramTaken, ErrAccountBound or ErrNoPreview.
 func (c *BackendClient) BindTelegram(ctx context.Context, uid contract.UID, tg contract.TelegramID) (contract.BindResponse, error) {
 	var res contract.BindResponse
-	err := c.do(ctx, http.MethodPost, "/bot/telegram/bind", nil, contract.BindRequest{UID: uid, TelegramID: tg}, &res)
+	err := c.do(ctx, callBind, callBind.route, nil, contract.BindRequest{UID: uid, TelegramID: tg}, &res)
 	return res, err
 }
 
@@ -173,27 +215,27 @@ func (c *BackendClient) BindTelegram(ctx context.Context, uid contract.UID, tg c
 // fails). With a DedupKey, a repeated call returns the first notification.
 func (c *BackendClient) AddNotification(ctx context.Context, n contract.NewNotification) (contract.Notification, error) {
 	var res contract.Notification
-	err := c.do(ctx, http.MethodPost, "/bot/notification", nil, n, &res)
+	err := c.do(ctx, callNotify, callNotify.route, nil, n, &res)
 	return res, err
 }
 
 // ConnectLink mints or reuses the account's connect token and deep link.
 func (c *BackendClient) ConnectLink(ctx context.Context, uid contract.UID) (contract.ConnectLink, error) {
 	var res contract.ConnectLink
-	err := c.do(ctx, http.MethodPost, "/bot/telegram/connect-link", nil, contract.ConnectLinkRequest{UID: uid}, &res)
+	err := c.do(ctx, callConnectLink, callConnectLink.route, nil, contract.ConnectLinkRequest{UID: uid}, &res)
 	return res, err
 }
 
 // RedeemConnect redeems a /start payload for tg.
 func (c *BackendClient) RedeemConnect(ctx context.Context, token string, tg contract.TelegramID) (contract.Redemption, error) {
 	var res contract.Redemption
-	err := c.do(ctx, http.MethodPost, "/bot/telegram/connect-link/redeem", nil, contract.RedeemRequest{Token: token, TelegramID: tg}, &res)
+	err := c.do(ctx, callRedeem, callRedeem.route, nil, contract.RedeemRequest{Token: token, TelegramID: tg}, &res)
 	return res, err
 }
 
 // CheckAccountByTelegram tells whether tg is bound to an account.
 func (c *BackendClient) CheckAccountByTelegram(ctx context.Context, tg contract.TelegramID) (contract.AccountCheck, error) {
 	var res contract.AccountCheck
-	err := c.do(ctx, http.MethodGet, "/auth/check-account-by-telegram/"+url.PathEscape(string(tg)), nil, nil, &res)
+	err := c.do(ctx, callCheck, "/auth/check-account-by-telegram/"+url.PathEscape(string(tg)), nil, nil, &res)
 	return res, err
 }

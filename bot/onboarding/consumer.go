@@ -4,15 +4,20 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"switchyard/bot/contract"
 	"switchyard/queue"
 	"switchyard/store"
+	"switchyard/telemetry"
 )
 
 // runConsumer is the consumer loop: it holds the lease onboarding:outbox
@@ -157,7 +162,15 @@ type batchResult struct {
 // a transaction again after a serialization failure or a deadlock): it
 // starts from a fresh batchResult each time, and what it does outside the
 // database — counting, logging, the ack — happens after the commit.
-func (o *Bot) processOnce(ctx context.Context, wait time.Duration) (int, error) {
+//
+// Traces: the cycle is a consumer span, bot.events.batch, whose trace holds
+// the fetch (bot.events.poll, and the backend's server span of it), the
+// batch's transaction and the ack (bot.events.ack). Each event's handling
+// is a span of a trace of its own, bot.event.handle (handleSpan), linked to
+// the emit's span and to the batch's.
+func (o *Bot) processOnce(ctx context.Context, wait time.Duration) (n int, err error) {
+	ctx, batch := telemetry.Start(ctx, "bot.events.batch", trace.WithSpanKind(trace.SpanKindConsumer))
+	defer func() { endBatch(batch, n, err) }()
 	events, err := o.backend.Pending(ctx, BATCH_LIMIT, wait)
 	if err != nil {
 		return 0, fmt.Errorf("fetch pending events: %w", err)
@@ -174,7 +187,9 @@ func (o *Bot) processOnce(ctx context.Context, wait time.Duration) (int, error) 
 		now := o.db.Now()
 		for _, group := range groupByUser(events) {
 			for _, ev := range group {
-				r, fresh, herr, err := o.tryHandle(wctx, tx, ev, now)
+				hctx, span := o.handleSpan(wctx, ev)
+				r, fresh, herr, err := o.tryHandle(hctx, tx, ev, now)
+				endHandle(span, r, fresh, herr, err)
 				if err != nil {
 					return err // the transaction itself broke: nothing of this batch is kept
 				}
@@ -210,6 +225,57 @@ func (o *Bot) processOnce(ctx context.Context, wait time.Duration) (int, error) 
 		return len(events), fmt.Errorf("ack %d processed and %d retried events: %w", len(res.processed), len(res.retry), err)
 	}
 	return len(events), nil
+}
+
+// endBatch ends a cycle's span with the size of its page.
+func endBatch(span trace.Span, n int, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("bot.events.count", n))
+	}
+	telemetry.End(span, err)
+}
+
+// handleSpan starts the span of one event's handling, bot.event.handle: the
+// root of a trace of its own (the handling follows from the backend action
+// that emitted the event; it is no part of it), linked to the emit's span
+// (the event's traceparent, when the backend traced the emit) and to the
+// batch's span (ctx's), whose trace holds the transaction that commits the
+// handling. The DMs the handler records carry this span's traceparent.
+func (o *Bot) handleSpan(ctx context.Context, ev contract.Event) (context.Context, trace.Span) {
+	if !telemetry.Enabled() {
+		return telemetry.Start(ctx, "bot.event.handle") // ctx as it is, and a span that does nothing
+	}
+	attrs := []attribute.KeyValue{
+		attribute.Int64("bot.event_id", int64(ev.ID)),
+		attribute.String("bot.event_type", string(ev.EventType)),
+		attribute.Int("bot.event.attempts", ev.Attempts),
+	}
+	if ev.TelegramID != nil {
+		attrs = append(attrs, telemetry.String("telegram.user_id", string(*ev.TelegramID)))
+	}
+	if ev.MagnetUID != nil {
+		attrs = append(attrs, telemetry.String("bot.magnet_uid", strconv.FormatInt(int64(*ev.MagnetUID), 10)))
+	}
+	return telemetry.Start(ctx, "bot.event.handle", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer),
+		telemetry.LinkTo(ev.Traceparent), telemetry.LinkTo(telemetry.Traceparent(ctx)), trace.WithAttributes(attrs...))
+}
+
+// endHandle ends an event's span with what its handling came to: handled
+// (with its outcome), a duplicate the ledger had already, or a failure.
+func endHandle(span trace.Span, r eventResult, fresh bool, herr, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	outcome := outcomeDuplicate
+	switch {
+	case err != nil || herr != nil:
+		outcome = outcomeRetry
+	case fresh:
+		outcome = r.Outcome
+	}
+	span.SetAttributes(attribute.String("bot.event.outcome", outcome))
+	telemetry.End(span, errors.Join(herr, err))
 }
 
 // tryHandle marks and handles one event inside its own savepoint of tx. fresh

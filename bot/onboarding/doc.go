@@ -51,6 +51,13 @@
 //     webhook answers 200 only after the store. Each stored update is handled
 //     once, in order per chat.
 //
+// Traces: each event's handling, bot.event.handle, starts a trace of its
+// own linked to the backend's emit (the event's traceparent); each stored
+// update's, bot.update.handle, continues the webhook request that stored it;
+// and every DM carries the traceparent of the handling that recorded it, so
+// each attempt at it, bot.dm.send, and its Bot API call join that trace. The
+// backend calls send a traceparent header (BackendClient).
+//
 // The tables it owns — bot_processed_events, bot_funnel, bot_funnel_history,
 // bot_updates, bot_update_offsets, bot_unreachable and bot_deliveries
 // (migrations 00005, 00011) — are read and written here only; the console

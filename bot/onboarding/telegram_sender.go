@@ -13,11 +13,14 @@ import (
 	"time"
 
 	"github.com/mymmrac/telego"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"switchyard/bot/contract"
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/telegram"
+	"switchyard/telemetry"
 )
 
 // DMQueue is the queue every Telegram call of the bot goes through — its
@@ -117,6 +120,13 @@ type dm struct {
 	Params   outParams                 `json:"params"`
 	Fallback *contract.NewNotification `json:"fallback,omitempty"`
 	Phase    string                    `json:"phase"`
+	// Traceparent is the span that asked for the call, when it was traced:
+	// the handling of its event (bot.event.handle) or update
+	// (bot.update.handle), or, for a fallback, the attempt that found the
+	// user unreachable (bot.dm.send). Each attempt at the call is a span of
+	// that trace. Absent in a message recorded untraced, or by migration
+	// 00011.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // orderKey keeps one chat's calls in order; a DM that only its fallback can
@@ -131,10 +141,13 @@ func (d dm) orderKey() string {
 // recordDMs sends msgs for cause to DMQueue inside tx, so they exist if and
 // only if the cause's effects commit. A message whose key was sent before is
 // left alone, so a cause yields its calls once. It returns how many it added.
+// Each message carries the traceparent of ctx's span (the cause's handling).
 func (o *Bot) recordDMs(ctx context.Context, tx *sql.Tx, cause string, msgs []outgoingMessage) (int, error) {
 	added := 0
+	tp := telemetry.Traceparent(ctx)
 	for _, m := range msgs {
-		d := dm{Key: cause + ":" + m.Key, Method: m.Method, ChatID: m.ChatID, Params: m.Params, Fallback: m.Fallback, Phase: phaseTelegram}
+		d := dm{Key: cause + ":" + m.Key, Method: m.Method, ChatID: m.ChatID, Params: m.Params, Fallback: m.Fallback, Phase: phaseTelegram,
+			Traceparent: tp}
 		if m.ChatID == "" {
 			if m.Fallback == nil {
 				continue // nobody to send it to
@@ -206,12 +219,17 @@ var errPacing = errors.New("waiting for the rate limits")
 // tells the queue what happens next: nil (done), retryable (backoff),
 // queue.RetryAfter (a 429's retry_after, or the rate limits) or
 // queue.Permanent (a dead letter).
+//
+// Each attempt is a span, bot.dm.send, continuing the trace of the DM's
+// cause (its traceparent); the Bot API call (telegram/bot.go's client span)
+// or the fallback's POST /bot/notification is its child.
 func (o *Bot) deliver(ctx, held context.Context, m queue.Message) error {
 	var d dm
 	if err := json.Unmarshal(m.Body, &d); err != nil || d.Key == "" {
 		o.log.Error("DM message that does not decode; dead-lettered", slog.String("message_id", string(m.ID)), slog.Any("err", err))
 		return queue.Permanent(fmt.Errorf("decode DM %s: %w", m.ID, err))
 	}
+	ctx, span := sendSpan(ctx, m, d)
 	var (
 		outcome string
 		err     error
@@ -221,6 +239,7 @@ func (o *Bot) deliver(ctx, held context.Context, m queue.Message) error {
 	} else {
 		outcome, err = o.deliverTelegram(ctx, held, m, d)
 	}
+	endSend(span, outcome, err)
 	metricMessages.WithLabelValues(d.Method, outcome).Inc()
 	level := slog.LevelDebug
 	if outcome == outcomeFailed {
@@ -235,6 +254,44 @@ func (o *Bot) deliver(ctx, held context.Context, m queue.Message) error {
 		slog.String("user_id", string(d.ChatID)), slog.Int("attempt", m.Attempt),
 		slog.String("outcome", outcome), slog.String("error", reason))
 	return err
+}
+
+// sendSpan starts the span of one attempt at d, bot.dm.send, in the trace
+// of d's cause.
+func sendSpan(ctx context.Context, m queue.Message, d dm) (context.Context, trace.Span) {
+	if !telemetry.Enabled() {
+		return telemetry.Start(ctx, "bot.dm.send") // ctx as it is, and a span that does nothing
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("messaging.destination.name", DMQueue),
+		attribute.String("messaging.message.id", string(m.ID)),
+		telemetry.String("idempotency.key", d.Key),
+		attribute.String("telegram.method", d.Method),
+		attribute.String("bot.dm.phase", d.Phase),
+		attribute.Int("bot.dm.attempt", m.Attempt),
+	}
+	if d.ChatID != "" {
+		attrs = append(attrs, telemetry.String("telegram.chat_id", string(d.ChatID)))
+	}
+	if d.Fallback != nil && d.Fallback.UID != 0 {
+		attrs = append(attrs, telemetry.String("bot.magnet_uid", strconv.FormatInt(int64(d.Fallback.UID), 10)))
+	}
+	return telemetry.Start(telemetry.Resume(ctx, d.Traceparent), "bot.dm.send",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+}
+
+// endSend ends an attempt's span with its outcome. Waiting for the rate
+// limits is no failure of the attempt.
+func endSend(span trace.Span, outcome string, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	span.SetAttributes(attribute.String("bot.dm.outcome", outcome))
+	if errors.Is(err, errPacing) {
+		err = nil
+	}
+	telemetry.End(span, err)
 }
 
 func (o *Bot) deliverTelegram(ctx, held context.Context, m queue.Message, d dm) (string, error) {
@@ -287,8 +344,17 @@ func (o *Bot) deliverTelegram(ctx, held context.Context, m queue.Message, d dm) 
 // told us so: the user is remembered in bot_unreachable). A DM with a
 // fallback is done: in one transaction its web notification is queued
 // (keyed by the DM, so it is queued once) and the DM acknowledged. One
-// without a fallback fails for good.
+// without a fallback fails for good. The attempt's span (ctx's) gets an
+// event saying which, and the fallback's message carries the span's
+// traceparent, so its delivery continues this trace.
 func (o *Bot) unreachable(ctx context.Context, m queue.Message, d dm, marked bool, reason string) (string, error) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		name := "bot.dm.unreachable"
+		if d.Fallback != nil {
+			name = "bot.dm.fallback"
+		}
+		span.AddEvent(name, trace.WithAttributes(attribute.Bool("bot.dm.marked_unreachable", marked)))
+	}
 	err := o.db.Tx(ctx, func(tx *sql.Tx) error {
 		if marked {
 			if _, err := tx.ExecContext(ctx, markUnreachableSQL, string(d.ChatID), reason, store.TS(o.db.Now())); err != nil {
@@ -299,7 +365,7 @@ func (o *Bot) unreachable(ctx context.Context, m queue.Message, d dm, marked boo
 			return nil
 		}
 		fb := d
-		fb.Key, fb.Phase = d.Key+":fallback", phaseFallback
+		fb.Key, fb.Phase, fb.Traceparent = d.Key+":fallback", phaseFallback, telemetry.Traceparent(ctx)
 		if _, err := o.sendDM(ctx, tx, fb); err != nil {
 			return err
 		}
@@ -331,15 +397,16 @@ func (o *Bot) deliverFallback(ctx context.Context, m queue.Message, d dm) (strin
 
 const (
 	insertDeliverySQL = `
-		insert into bot_deliveries (dm_key, method, chat_id, text, outcome, telegram_message_id, attempts, delivered_at)
-		values (?, ?, ?, ?, ?, ?, ?, ?)
+		insert into bot_deliveries (dm_key, method, chat_id, text, outcome, telegram_message_id, attempts, delivered_at, traceparent)
+		values (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		on conflict (dm_key) do nothing`
 	markUnreachableSQL = `
 		insert into bot_unreachable (telegram_id, reason, since) values (?, ?, ?)
 		on conflict (telegram_id) do update set reason = excluded.reason`
 )
 
-// delivered records a delivered DM in bot_deliveries and acknowledges its
+// delivered records a delivered DM in bot_deliveries, with the traceparent
+// of the attempt that delivered it (ctx's span), and acknowledges its
 // message, in one transaction. Telegram has the call already, so the record
 // is tried a few times: a delivery whose record is lost is the one way a DM
 // goes out twice (the message comes back after its timeout).
@@ -353,6 +420,7 @@ func (o *Bot) delivered(ctx context.Context, m queue.Message, d dm, outcome stri
 		tgID = msgID
 	}
 	ctx = context.WithoutCancel(ctx) // recorded even when the worker is stopping: the call happened
+	tp := telemetry.Traceparent(ctx)
 	var err error
 	for try := range 5 {
 		if try > 0 {
@@ -360,7 +428,7 @@ func (o *Bot) delivered(ctx context.Context, m queue.Message, d dm, outcome stri
 		}
 		err = o.db.Tx(ctx, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, insertDeliverySQL, d.Key, d.Method, string(d.ChatID), text, outcome, tgID,
-				m.Attempt-1, store.TS(o.db.Now())); err != nil {
+				m.Attempt-1, store.TS(o.db.Now()), tp); err != nil {
 				return fmt.Errorf("record delivery %s: %w", d.Key, err)
 			}
 			return o.dms.AckTx(ctx, tx, m)
@@ -487,6 +555,9 @@ type DM struct {
 	// a dead letter's id, to redrive on the Queues page).
 	MessageID string    `json:"messageId,omitempty"`
 	At        time.Time `json:"at"`
+	// Traceparent is the DM's trace, when it was traced: the span that
+	// asked for it (in the queue, dead) or that delivered it (delivered).
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // DMFilter selects DMs for ListDMs.
@@ -514,7 +585,7 @@ func (st DMStatus) sources() (live, dead, delivered bool) {
 }
 
 const listDeliveriesSQL = `
-	select dm_key, method, chat_id, text, outcome, attempts, delivered_at from bot_deliveries
+	select dm_key, method, chat_id, text, outcome, attempts, delivered_at, traceparent from bot_deliveries
 	where (? = '' or chat_id = ?) and (? = '' or outcome = ?)
 	order by delivered_at desc limit ?`
 
@@ -603,7 +674,7 @@ func (o *Bot) listDeliveries(ctx context.Context, chat contract.TelegramID, st D
 			d  DM
 			at store.Timestamp
 		)
-		if err := rows.Scan(&d.Key, &d.Method, &d.ChatID, &d.Text, &d.Status, &d.Attempts, &at); err != nil {
+		if err := rows.Scan(&d.Key, &d.Method, &d.ChatID, &d.Text, &d.Status, &d.Attempts, &at, &d.Traceparent); err != nil {
 			return nil, fmt.Errorf("list deliveries: %w", err)
 		}
 		d.Cause, d.At = cause(d.Key), at.Time
@@ -657,5 +728,5 @@ func (d dm) view(st DMStatus, attempts int, lastErr, id string, at time.Time) DM
 		text = d.Fallback.Text
 	}
 	return DM{Key: d.Key, Cause: cause(d.Key), Method: d.Method, ChatID: d.ChatID, Text: text, Status: st,
-		Attempts: attempts, LastError: lastErr, MessageID: id, At: at}
+		Attempts: attempts, LastError: lastErr, MessageID: id, At: at, Traceparent: d.Traceparent}
 }

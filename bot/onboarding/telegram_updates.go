@@ -18,6 +18,8 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/mymmrac/telego"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"switchyard/authlimit"
 	"switchyard/bot/contract"
@@ -25,6 +27,7 @@ import (
 	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/telegram"
+	"switchyard/telemetry"
 )
 
 // allowedUpdates are the kinds of updates the bot asks Telegram for.
@@ -60,13 +63,15 @@ func init() {
 	}
 }
 
-// rawUpdate is an update as stored: its JSON, and the chat and kind that
-// order and describe it.
+// rawUpdate is an update as stored: its JSON, the chat and kind that order
+// and describe it, and the trace that delivered it (the webhook request's;
+// "" for none).
 type rawUpdate struct {
-	ID      int
-	ChatID  string
-	Kind    string
-	Payload []byte
+	ID          int
+	ChatID      string
+	Kind        string
+	Payload     []byte
+	Traceparent string
 }
 
 // describeUpdate returns the chat an update belongs to ("" for none) and its kind.
@@ -98,10 +103,10 @@ func (o *Bot) storeUpdates(ctx context.Context, ups []rawUpdate, nextOffset int)
 		now := store.TS(o.db.Now())
 		for i, u := range ups {
 			res, err := tx.ExecContext(ctx, `
-				insert into bot_updates (bot_id, update_id, chat_id, kind, payload, status, attempts, next_attempt_at, received_at)
-				values (?, ?, ?, ?, ?, 'pending', 0, ?, ?)
+				insert into bot_updates (bot_id, update_id, chat_id, kind, payload, status, attempts, next_attempt_at, received_at, traceparent)
+				values (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)
 				on conflict (bot_id, update_id) do nothing`,
-				o.botID, u.ID, u.ChatID, u.Kind, string(u.Payload), now, now)
+				o.botID, u.ID, u.ChatID, u.Kind, string(u.Payload), now, now, u.Traceparent)
 			if err != nil {
 				return fmt.Errorf("store update %d: %w", u.ID, err)
 			}
@@ -158,7 +163,8 @@ func (o *Bot) Routes(r *mux.Router) {
 // handleWebhook checks X-Telegram-Bot-Api-Secret-Token in constant time,
 // refuses a body not declared application/json (415), stores the update and
 // only then answers 200, so an update Telegram saw accepted is never lost; a
-// repeated delivery is stored once.
+// repeated delivery is stored once. The update keeps the request's trace,
+// which its handling continues.
 func (o *Bot) handleWebhook(w http.ResponseWriter, r *http.Request) error {
 	// The secret first: a caller without it learns nothing, not even the mode.
 	// A presented secret is an attempt on the shared throttle.
@@ -205,7 +211,8 @@ func (o *Bot) handleWebhook(w http.ResponseWriter, r *http.Request) error {
 		return httpjson.BadRequest("the body is not a Telegram update: %v", err)
 	}
 	chat, kind := describeUpdate(u)
-	if _, err := o.storeUpdates(r.Context(), []rawUpdate{{ID: u.UpdateID, ChatID: chat, Kind: kind, Payload: body}}, 0); err != nil {
+	up := rawUpdate{ID: u.UpdateID, ChatID: chat, Kind: kind, Payload: body, Traceparent: telemetry.Traceparent(r.Context())}
+	if _, err := o.storeUpdates(r.Context(), []rawUpdate{up}, 0); err != nil {
 		return httpjson.Unavailable("the update could not be stored; Telegram will retry")
 	}
 	wake(o.updatesWake)
@@ -346,16 +353,17 @@ func (o *Bot) pollUpdates(ctx context.Context, timeout int) error {
 
 // storedUpdate is a stored update waiting to be handled.
 type storedUpdate struct {
-	ID       int
-	ChatID   string
-	Kind     string
-	Payload  []byte
-	Attempts int
+	ID          int
+	ChatID      string
+	Kind        string
+	Payload     []byte
+	Attempts    int
+	Traceparent string
 }
 
 // dueUpdatesSQL picks the first pending update of each chat that is due.
 const dueUpdatesSQL = `
-	select u.update_id, u.chat_id, u.kind, u.payload, u.attempts from bot_updates u
+	select u.update_id, u.chat_id, u.kind, u.payload, u.attempts, u.traceparent from bot_updates u
 	where u.bot_id = ? and u.status = 'pending' and u.next_attempt_at <= ?
 	  and not exists (
 	    select 1 from bot_updates e
@@ -408,7 +416,7 @@ func (o *Bot) dueUpdates(ctx context.Context, now time.Time) ([]storedUpdate, er
 			u       storedUpdate
 			payload string
 		)
-		if err := rows.Scan(&u.ID, &u.ChatID, &u.Kind, &payload, &u.Attempts); err != nil {
+		if err := rows.Scan(&u.ID, &u.ChatID, &u.Kind, &payload, &u.Attempts, &u.Traceparent); err != nil {
 			return nil, fmt.Errorf("due updates: %w", err)
 		}
 		u.Payload = []byte(payload)
@@ -421,16 +429,27 @@ func (o *Bot) dueUpdates(ctx context.Context, now time.Time) ([]storedUpdate, er
 // the backend where it must), then one transaction marks the update done and
 // writes the funnel change and the replies keyed by the update. A failure is
 // retried with backoff; after maxUpdateAttempts the bot apologises instead.
+//
+// Each attempt is a span, bot.update.handle (updateSpan), whose trace the
+// replies' DMs carry on to their Bot API calls.
 func (o *Bot) handleStoredUpdate(ctx context.Context, su storedUpdate) {
 	wctx, cancel := workContext(ctx)
 	defer cancel()
+	wctx, span := o.updateSpan(wctx, su)
+	var err error
+	defer func() { telemetry.End(span, err) }()
 	cause := "update:" + strconv.FormatInt(o.botID, 10) + ":" + strconv.Itoa(su.ID)
 	var (
 		u    telego.Update
 		plan updatePlan
 	)
-	err := json.Unmarshal(su.Payload, &u)
+	err = json.Unmarshal(su.Payload, &u)
 	if err == nil {
+		if span.IsRecording() {
+			if from := updateSender(u); from != 0 {
+				span.SetAttributes(attribute.Int64("telegram.user_id", from))
+			}
+		}
 		plan, err = o.converse(wctx, u)
 	}
 	if err != nil {
@@ -480,6 +499,42 @@ func (o *Bot) handleStoredUpdate(ctx context.Context, su storedUpdate) {
 	if done {
 		metricUpdates.WithLabelValues(su.Kind, "handled").Inc()
 	}
+}
+
+// updateSpan starts the span of one attempt at a stored update,
+// bot.update.handle: in the trace of the webhook request that stored it, or
+// the root of a trace of its own for an update fetched by getUpdates (one
+// poll brings many users' updates, each its own story).
+func (o *Bot) updateSpan(ctx context.Context, su storedUpdate) (context.Context, trace.Span) {
+	if !telemetry.Enabled() {
+		return telemetry.Start(ctx, "bot.update.handle") // ctx as it is, and a span that does nothing
+	}
+	attrs := []attribute.KeyValue{
+		attribute.Int("telegram.update_id", su.ID),
+		attribute.String("telegram.update.kind", su.Kind),
+		attribute.Int("bot.update.attempt", su.Attempts+1),
+	}
+	if su.ChatID != "" {
+		attrs = append(attrs, telemetry.String("telegram.chat_id", su.ChatID))
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
+	if su.Traceparent == "" {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	return telemetry.Start(telemetry.Resume(ctx, su.Traceparent), "bot.update.handle", opts...)
+}
+
+// updateSender is the Telegram user an update comes from (0: none).
+func updateSender(u telego.Update) int64 {
+	switch {
+	case u.Message != nil && u.Message.From != nil:
+		return u.Message.From.ID
+	case u.CallbackQuery != nil:
+		return u.CallbackQuery.From.ID
+	case u.MyChatMember != nil:
+		return u.MyChatMember.From.ID
+	}
+	return 0
 }
 
 // failUpdate schedules a retry of su, or gives up after maxUpdateAttempts
