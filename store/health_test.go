@@ -226,21 +226,13 @@ func TestReadyGauge(t *testing.T) {
 
 	// The newest migration unrecorded: the schema is behind the binary, and
 	// /readyz answers 503 until `switchyard migrate` runs.
-	st, err := db.MigrationStatus(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Write.Exec(`delete from goose_db_version where version_id = $1`, st.Latest); err != nil {
-		t.Fatal(err)
-	}
+	restore := storetest.SchemaBehind(t, db)
 	testwait.Until(t, 10*time.Second, "the gauge to say not ready while a migration is pending", func() bool {
 		st, err := db.Ready(ctx)
 		return err == nil && st.Pending() && ready() == 0
 	}, func() string { return fmt.Sprintf("gauge %v", ready()) })
 
-	if _, err := db.Write.Exec(`insert into goose_db_version (version_id, is_applied) values ($1, true)`, st.Latest); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 	testwait.Until(t, 10*time.Second, "the gauge to say ready again", func() bool {
 		st, err := db.Ready(ctx)
 		return err == nil && !st.Pending() && ready() == 1
