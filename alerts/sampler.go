@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // DefaultSampleEvery is how often a Sampler samples unless told otherwise.
@@ -136,10 +135,13 @@ func (s *Sampler) take() (sample, error) {
 	sm := sample{at: at, points: map[string][]point{}}
 	for _, f := range families {
 		ms, ok := s.want[f.GetName()]
-		if !ok || f.GetType() != dto.MetricType_COUNTER {
+		if !ok {
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			if m.GetCounter() == nil {
+				continue // the rules read counters only
+			}
 			labels := make(map[string]string, len(m.GetLabel()))
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
