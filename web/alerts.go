@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -87,7 +88,7 @@ func (s *Server) alertFacts(ctx context.Context, now time.Time, st queue.Stats) 
 		f.OutboxDeadLettered = &n
 	}
 	if s.opts.Referral != nil {
-		l, err := s.opts.Referral.LinkLookupsBetween(ctx, now.Add(-alerts.LinkNotFoundWindow), time.Time{})
+		l, err := s.linkLookups(ctx, now.Add(-alerts.LinkNotFoundWindow), now)
 		if err != nil {
 			return f, err
 		}
@@ -118,6 +119,74 @@ func (s *Server) alertFacts(ctx context.Context, now time.Time, st queue.Stats) 
 		}
 	}
 	return f, nil
+}
+
+// lookupCache keeps the link lookups of finished minutes.
+type lookupCache struct {
+	mu sync.Mutex
+	m  map[string]referral.LinkLookups
+}
+
+// linkLookups counts the referral link lookups of [from, now]: the whole
+// minutes between from and now's minute from the cache once they are final
+// (finalAfter), the partial minutes at either end afresh, so that a poll
+// counts about two minutes of marks rather than the alert's whole hour.
+func (s *Server) linkLookups(ctx context.Context, from, now time.Time) (referral.LinkLookups, error) {
+	var total referral.LinkLookups
+	add := func(l referral.LinkLookups) { total.Looked += l.Looked; total.Missing += l.Missing }
+	first := from.Truncate(time.Minute)
+	if first.Before(from) {
+		first = first.Add(time.Minute)
+	}
+	last := now.Truncate(time.Minute)
+	if first.After(last) {
+		l, err := s.opts.Referral.LinkLookupsBetween(ctx, from, time.Time{})
+		return l, err
+	}
+	if from.Before(first) {
+		l, err := s.opts.Referral.LinkLookupsBetween(ctx, from, first)
+		if err != nil {
+			return total, err
+		}
+		add(l)
+	}
+	c := &s.lookups
+	for m := first; m.Before(last); m = m.Add(time.Minute) {
+		key := minuteKey(m)
+		c.mu.Lock()
+		l, ok := c.m[key]
+		c.mu.Unlock()
+		if !ok {
+			var err error
+			if l, err = s.opts.Referral.LinkLookupsBetween(ctx, m, m.Add(time.Minute)); err != nil {
+				return total, err
+			}
+			if now.Sub(m) >= time.Minute+finalAfter {
+				c.put(key, l, minuteKey(first))
+			}
+		}
+		add(l)
+	}
+	l, err := s.opts.Referral.LinkLookupsBetween(ctx, last, time.Time{})
+	if err != nil {
+		return total, err
+	}
+	add(l)
+	return total, nil
+}
+
+func (c *lookupCache) put(key string, l referral.LinkLookups, oldest string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]referral.LinkLookups{}
+	}
+	c.m[key] = l
+	for k := range c.m {
+		if k < oldest {
+			delete(c.m, k)
+		}
+	}
 }
 
 // notReady says why the database is not ready, as /readyz answers it with

@@ -274,3 +274,79 @@ func grepLines(s, prefix string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestOverviewLinkLookupsWindow: the G1 warning counts the lookups of the
+// alert's last hour exactly, as the referral context counts them, while the
+// Overview keeps finished minutes' counts between polls and the hour slides.
+func TestOverviewLinkLookupsWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, clock := storetest.NewWithClock(t)
+	qa := queue.NewAdmin(queue.AdminOpts{DB: db})
+	ref, err := referral.New(ctx, referral.Opts{DB: db, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWorker(t, ref.Run)
+	c := newConsole(t, web.Options{DB: db, Queues: qa, Referral: ref})
+	clock.Advance(17 * time.Second) // off the minute
+	start := db.Now()
+	// check compares the G1 warning with the referral context's own count of
+	// the last hour.
+	check := func() {
+		t.Helper()
+		want, err := ref.LinkLookupsBetween(ctx, db.Now().Add(-alerts.LinkNotFoundWindow), time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc := c.get(t, "/admin/", http.StatusOK)
+		got := trimmed(tid(doc, "alert-"+string(alerts.ReferralLinkNotFound)))
+		if want.Missing < alerts.LinkNotFoundMin {
+			if got != "" {
+				t.Fatalf("at %s: %d of %d lookups found no link, fewer than %d, but the Overview warns %q",
+					db.Now().Sub(start), want.Missing, want.Looked, alerts.LinkNotFoundMin, got)
+			}
+			return
+		}
+		if text := fmt.Sprintf("%d of %d registrations", want.Missing, want.Looked); !strings.Contains(got, text) {
+			t.Fatalf("at %s: the warning says %q, want %q", db.Now().Sub(start), got, text)
+		}
+	}
+	slug := "no-such-link"
+	n := 0
+	for minute := range 5 {
+		for range 2 {
+			n++
+			user := fmt.Sprintf("dddddddd-0000-4000-8000-%012d", n)
+			if _, err := qa.Publish(ctx, referral.TopicIdentityUsers, user,
+				identityEvent(fmt.Sprintf("6f1c1a52-0000-4000-9000-%012d", n), user, "Investor", "+79990001234", &slug)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testwait.Until(t, 10*time.Second, "the lookups consumed", func() bool {
+			l, _ := ref.LinkLookupsBetween(ctx, start, time.Time{})
+			return l.Looked == int64(n)
+		})
+		if minute >= 2 {
+			check()
+		}
+		clock.Advance(time.Minute)
+	}
+	check()
+	// The hour slides past the first two minutes' lookups, a poll at a time.
+	for range 3 {
+		clock.Advance(20 * time.Minute)
+		if db.Now().Sub(start) > alerts.LinkNotFoundWindow+3*time.Minute {
+			break
+		}
+		check()
+	}
+	clock.Set(start.Add(alerts.LinkNotFoundWindow + 30*time.Second)) // the first minute's out: 8 of 8
+	check()
+	// The hour now begins 48 s after start: inside the minute of the second
+	// batch (17 s past a minute + 48 s), which the Overview counts afresh.
+	clock.Set(start.Add(alerts.LinkNotFoundWindow + 48*time.Second))
+	check()
+	clock.Set(start.Add(alerts.LinkNotFoundWindow + 2*time.Minute + 30*time.Second)) // 4 of 4: too few
+	check()
+}

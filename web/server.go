@@ -100,6 +100,9 @@ type Server struct {
 	// caches the counts of finished minutes.
 	counts  map[series]countFunc
 	minutes minuteCache
+	// lookups caches the referral link lookups of finished minutes, for
+	// the G1 alert's hour.
+	lookups lookupCache
 }
 
 // New builds the router and its middleware.
