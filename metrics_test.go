@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"switchyard/alerts"
 	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
 )
@@ -174,6 +176,8 @@ var (
 
 		{"switchyard_store_tx_retries_total", []dim{{"reason", []string{"serialization", "deadlock"}}}},
 		{"switchyard_telegram_ratelimit_deferrals_total", []dim{{"scope", []string{"chat", "group", "bot", "pause"}}}},
+		{"switchyard_telegram_too_many_requests_total", []dim{{"bot", []string{"7300000001", "7300000002"}}}},
+		{"switchyard_http_requests_total", []dim{{"route", []string{"/webhooks/telegram"}}, {"method", []string{"POST"}}, {"code", []string{"500", "503"}}}},
 		{"switchyard_auth_failures_total", []dim{{"surface", []string{"console-login", "admin-api", "bot-api", "bot-webhook", "omni-webhook"}}}},
 		{"switchyard_auth_throttled_total", []dim{{"surface", []string{"console-login", "admin-api", "bot-api", "bot-webhook", "omni-webhook"}}}},
 	}
@@ -182,6 +186,9 @@ var (
 // units are the name endings that say what a switchyard metric counts or
 // measures (Prometheus naming: base units, plural; _total for counters).
 var units = []string{"_total", "_seconds", "_bytes", "_messages", "_requests", "_connections"}
+
+// states are the gauges that are 0 or 1, unitless like Prometheus's own up.
+var states = []string{"switchyard_store_ready"}
 
 // TestMetricsAtStart starts `switchyard serve` with every role, both bots on
 // a fake Bot API (so nothing is seeded and nothing happens), and scrapes
@@ -224,7 +231,7 @@ func TestMetricsAtStart(t *testing.T) {
 				continue
 			}
 			n++
-			if !slices.ContainsFunc(units, func(u string) bool { return strings.HasSuffix(name, u) }) {
+			if !slices.Contains(states, name) && !slices.ContainsFunc(units, func(u string) bool { return strings.HasSuffix(name, u) }) {
 				t.Errorf("%s (%s) ends in none of the units %v", name, typ, units)
 			}
 			if total := strings.HasSuffix(name, "_total"); total != (typ == "counter") {
@@ -233,6 +240,33 @@ func TestMetricsAtStart(t *testing.T) {
 		}
 		if n == 0 {
 			t.Fatalf("no switchyard metrics in:\n%s", e.raw)
+		}
+	})
+
+	t.Run("every series an alert rule reads exists", func(t *testing.T) {
+		for _, sr := range alerts.SeriesRead() {
+			if _, ok := e.types[sr.Metric]; !ok {
+				t.Errorf("%s: no family %s", sr, sr.Metric)
+				continue
+			}
+			matching := 0
+			for key := range e.series[sr.Metric] {
+				if seriesMatches(key, sr.Match) {
+					matching++
+				}
+			}
+			if matching == 0 {
+				t.Errorf("%s: no series matches", sr)
+			}
+			for label, values := range sr.Values() {
+				for _, v := range values {
+					if !slices.ContainsFunc(slices.Collect(maps.Keys(e.series[sr.Metric])), func(k string) bool {
+						return slices.Contains(strings.Split(k, ","), label+"="+v)
+					}) {
+						t.Errorf("%s: no series with %s=%q", sr, label, v)
+					}
+				}
+			}
 		}
 	})
 
@@ -247,4 +281,21 @@ func TestMetricsAtStart(t *testing.T) {
 			t.Errorf("promtool check metrics: %v\n%s", err, out)
 		}
 	})
+}
+
+// seriesMatches reports whether the series of key (labelKey's rendering)
+// has every label of match matching its expression whole, as PromQL's =~.
+func seriesMatches(key string, match map[string]string) bool {
+	labels := map[string]string{}
+	for _, p := range strings.Split(key, ",") {
+		if k, v, ok := strings.Cut(p, "="); ok {
+			labels[k] = v
+		}
+	}
+	for l, re := range match {
+		if !regexp.MustCompile("^(?:" + re + ")$").MatchString(labels[l]) {
+			return false
+		}
+	}
+	return true
 }

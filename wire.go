@@ -102,12 +102,14 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	chat, chatPart := wireChat(w, sb)
 	dw, demoPart := wireDemo(w, sb, run)
 	rt, retentionPart := wireRetention(w, queues, be, ref, chat)
+	sampler, alertsPart := wireAlerts(w)
 
 	// The console's domain objects; a page whose object is unset says its
 	// subsystem is not wired in this process.
 	wo := consoleOptions(w)
 	wo.Queues, wo.Outbox, wo.Referral, wo.Chat = queues, be.Outbox(), ref, chat
 	wo.Retention = rt
+	wo.AlertCounters = sampler
 	// The funnel's counts are read from the database in any process.
 	wo.Funnel = onboarding.NewStats(w.db)
 	if ob != nil {
@@ -121,7 +123,7 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	if dw != nil {
 		wo.Demo = demoSwitch{ctl: dw.Controller(), log: log.With(slog.String("subsystem", "demo"))}
 	}
-	return assemble(wo, queuesPart, sandboxPart, botPart, referralPart, chatPart, demoPart, retentionPart), nil
+	return assemble(wo, queuesPart, sandboxPart, botPart, referralPart, chatPart, demoPart, retentionPart, alertsPart), nil
 }
 
 // consoleOptions are the console's own settings, before the subsystems'

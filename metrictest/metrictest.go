@@ -2,6 +2,7 @@
 // take has its series from the start: the label values present on the
 // default registry, and the string constants of a type as a package's
 // source declares them, to compare with the list a metric is declared from.
+// Value reads one series, for a test of what a gauge or counter says.
 package metrictest
 
 import (
@@ -36,6 +37,53 @@ func LabelValues(t testing.TB, name, label string) []string {
 		}
 	}
 	return out
+}
+
+// Value returns the value of the series of the counter or gauge family name
+// on the default registry whose labels are exactly labels (name, value,
+// name, value…), and whether that series exists.
+func Value(t testing.TB, name string, labels ...string) (float64, bool) {
+	t.Helper()
+	if len(labels)%2 != 0 {
+		t.Fatalf("metrictest.Value(%s): labels come in name, value pairs: %q", name, labels)
+	}
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != len(labels)/2 {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if !hasPair(labels, l.GetName(), l.GetValue()) {
+					continue series
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue(), true
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue(), true
+			}
+			t.Fatalf("metrictest.Value(%s): neither a counter nor a gauge", name)
+		}
+	}
+	return 0, false
+}
+
+func hasPair(labels []string, name, value string) bool {
+	for i := 0; i+1 < len(labels); i += 2 {
+		if labels[i] == name && labels[i+1] == value {
+			return true
+		}
+	}
+	return false
 }
 
 // Constants returns the string constants of type typ declared in file (a

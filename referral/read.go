@@ -187,6 +187,52 @@ func (s *Service) BondsBetween(ctx context.Context, from, to time.Time) (int64, 
 	return bondMarks.CountBetween(ctx, s.db, from, to)
 }
 
+// LinkLookupOutcomes are the outcomes of the user-upserted events whose
+// ReferrerUrl is a well-formed slug and whose user has no Initial entry yet:
+// the ones that looked the link up (G1 when none is live). The G1 alert
+// watches G1's share of them: a rising share means broken referral cookies or
+// links deleted while still handed out. The outcomes before the lookup
+// (replica-only, invalid-slug, first-seen-skip) are not counted, so the share
+// does not sink when many users update their profiles.
+var LinkLookupOutcomes = []Outcome{OutcomeR1, OutcomeG1, OutcomeG2, OutcomeG3, OutcomeG4, OutcomeG5, OutcomeRaceLost}
+
+// LinkLookups counts, over a span of time, the events that looked a link up
+// (LinkLookupOutcomes) and those of them that found none (G1).
+type LinkLookups struct {
+	Looked, Missing int64
+}
+
+var (
+	lookupMarks = store.Stamped{Table: "referral_processed_messages", Column: "processed_at",
+		Where: "outcome in (?" + strings.Repeat(", ?", len(LinkLookupOutcomes)-1) + ")", Args: outcomeArgs(LinkLookupOutcomes), ByID: true}
+	missingLinkMarks = store.Stamped{Table: "referral_processed_messages", Column: "processed_at",
+		Where: "outcome = ?", Args: []any{string(OutcomeG1)}, ByID: true}
+)
+
+func outcomeArgs(os []Outcome) []any {
+	out := make([]any, len(os))
+	for i, o := range os {
+		out[i] = string(o)
+	}
+	return out
+}
+
+// LinkLookupsBetween counts the link lookups of [from, to), by their marks;
+// a zero to has no end.
+func (s *Service) LinkLookupsBetween(ctx context.Context, from, to time.Time) (LinkLookups, error) {
+	var (
+		l   LinkLookups
+		err error
+	)
+	if l.Looked, err = lookupMarks.CountBetween(ctx, s.db, from, to); err != nil {
+		return LinkLookups{}, fmt.Errorf("count link lookups: %w", err)
+	}
+	if l.Missing, err = missingLinkMarks.CountBetween(ctx, s.db, from, to); err != nil {
+		return LinkLookups{}, fmt.Errorf("count link lookups: %w", err)
+	}
+	return l, nil
+}
+
 // BondFilter selects bonds; zero fields do not filter.
 type BondFilter struct {
 	ReferredUserID UserID

@@ -60,3 +60,43 @@ func TestConsoleReads(t *testing.T) {
 		}
 	})
 }
+
+// TestLinkLookups: the G1 alert's counts. A lookup is an upsert with a
+// well-formed referrer slug of a user not bound before; G1 is one that found
+// no live link. Nothing before the lookup is counted.
+func TestLinkLookups(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t, harnessOpts{})
+	start := h.db.Now()
+	owner, referred := newUser(), newUser()
+	h.publish(upsert(owner, 1).set("Type", "Agent").json())
+	h.link("olga-2026", owner)
+	h.publish(upsert(referred, 1).referrer("olga-2026").json())
+	h.waitIdle()
+	brokenFrom := h.db.Now()
+	h.publish(
+		upsert(newUser(), 1).referrer("no-such-link").json(), // G1: a broken cookie
+		upsert(newUser(), 1).json(),                          // replica-only
+		upsert(newUser(), 1).referrer("!!").json(),           // invalid-slug
+		upsert(referred, 2).referrer("olga-2026").json(),     // first-seen-skip
+	)
+	h.waitIdle()
+
+	for _, tc := range []struct {
+		name     string
+		from, to time.Time
+		want     LinkLookups
+	}{
+		{"since the start: the bond and the broken cookie", start, time.Time{}, LinkLookups{Looked: 2, Missing: 1}},
+		{"before the broken cookie: the bond", start, brokenFrom, LinkLookups{Looked: 1}},
+		{"from the broken cookie on: it alone", brokenFrom, time.Time{}, LinkLookups{Looked: 1, Missing: 1}},
+		{"before the start: none", start.Add(-time.Hour), start, LinkLookups{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, err := h.svc.LinkLookupsBetween(ctx, tc.from, tc.to); err != nil || got != tc.want {
+				t.Errorf("%+v (%v), want %+v", got, err, tc.want)
+			}
+		})
+	}
+}

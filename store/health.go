@@ -11,7 +11,16 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
+
+// metricReady is the answer of the last readiness probe, as /readyz gives it.
+var metricReady = promauto.NewGauge(prometheus.GaugeOpts{
+	Name: "switchyard_store_ready",
+	Help: "1 when the database took writes, its file was sound and its schema current at the last readiness probe (what /readyz answers), 0 otherwise.",
+})
 
 // ErrCorrupt is returned when the database file is damaged: SQLite reported
 // it malformed, or an integrity check found faults. Retrying cannot help; the
@@ -160,8 +169,13 @@ const readyProbeEvery = 2 * time.Second
 // background on a context of its own, so a caller that hangs up can neither
 // cut it short nor disturb another caller's transaction. ctx only bounds how
 // long this caller waits.
+//
+// Each probe sets the switchyard_store_ready gauge: 1 when it found the
+// database writable, sound and its schema current (no migration pending), as
+// /readyz needs to answer 200; 0 otherwise.
 func (db *DB) Ready(ctx context.Context) (MigrationStatus, error) {
 	if err := db.Corrupt(); err != nil {
+		metricReady.Set(0)
 		return MigrationStatus{}, err
 	}
 	r := &db.ready
@@ -193,6 +207,11 @@ func (db *DB) runProbe() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := db.probe(ctx)
+	if err == nil && !st.Pending() {
+		metricReady.Set(1)
+	} else {
+		metricReady.Set(0)
+	}
 	r := &db.ready
 	r.mu.Lock()
 	r.status, r.err, r.at = st, err, time.Now()

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"switchyard/metrictest"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 )
 
 func fileModeOf(t *testing.T, path string) fs.FileMode {
@@ -200,4 +202,39 @@ func TestReady(t *testing.T) {
 			t.Fatalf("Ready: %v", err)
 		}
 	})
+}
+
+// TestReadyGauge: switchyard_store_ready says what the last probe found. Not
+// parallel: the gauge is the process's, and a parallel test's probe of its
+// own database would set it under this one.
+func TestReadyGauge(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.New(t)
+	ready := func() float64 {
+		v, ok := metrictest.Value(t, "switchyard_store_ready")
+		if !ok {
+			t.Fatal("no switchyard_store_ready series")
+		}
+		return v
+	}
+	if _, err := db.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := ready(); v != 1 {
+		t.Fatalf("a writable, current database: switchyard_store_ready = %v, want 1", v)
+	}
+
+	// The newest migration unrecorded: the schema is behind the binary, and
+	// /readyz answers 503 until `switchyard migrate` runs.
+	restore := storetest.SchemaBehind(t, db)
+	testwait.Until(t, 10*time.Second, "the gauge to say not ready while a migration is pending", func() bool {
+		st, err := db.Ready(ctx)
+		return err == nil && st.Pending() && ready() == 0
+	}, func() string { return fmt.Sprintf("gauge %v", ready()) })
+
+	restore()
+	testwait.Until(t, 10*time.Second, "the gauge to say ready again", func() bool {
+		st, err := db.Ready(ctx)
+		return err == nil && !st.Pending() && ready() == 1
+	}, func() string { return fmt.Sprintf("gauge %v", ready()) })
 }

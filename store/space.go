@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -27,6 +28,14 @@ import (
 // PostgreSQL's autovacuum marks the space of deleted rows free for reuse
 // within each table; the files shrink only under VACUUM FULL, which is the
 // operator's to run.
+//
+// "Full", for a SQLite file, is its file system running out: the file, its
+// WAL between checkpoints, and the copy a compact or a backup writes all
+// grow into the space left on the file system that holds it, and SQLite
+// answers SQLITE_FULL when a write finds none. Space measures that file
+// system (what an unprivileged process may still write, and its size), so
+// an alert can fire before writes fail. A PostgreSQL database's files are on
+// the server, out of this process's sight: watch that host's disk there.
 
 // Metrics of the database's space, set by every Space call.
 var (
@@ -41,6 +50,14 @@ var (
 	metricWALBytes = promauto.NewGauge(prometheus.GaugeOpts{
 		Name: "switchyard_store_wal_bytes",
 		Help: "Size of the SQLite write-ahead log file (0 on PostgreSQL).",
+	})
+	metricDiskAvailable = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "switchyard_store_filesystem_available_bytes",
+		Help: "Space an unprivileged process may still write on the file system of the SQLite file, what the file, its WAL and a compact or backup copy grow into (0 on PostgreSQL).",
+	})
+	metricDiskSize = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "switchyard_store_filesystem_size_bytes",
+		Help: "Size of the file system of the SQLite file (0 on PostgreSQL).",
 	})
 )
 
@@ -68,10 +85,17 @@ type Space struct {
 	WALBytes int64
 	// AutoVacuum is the SQLite file's mode; empty on PostgreSQL.
 	AutoVacuum AutoVacuum
+	// DiskAvailableBytes is the space left to an unprivileged process on the
+	// file system that holds the SQLite file (the blocks reserved for root
+	// not counted), DiskBytes that file system's size. Both are 0 on
+	// PostgreSQL, and on a platform this build cannot ask (not Linux or
+	// macOS).
+	DiskAvailableBytes, DiskBytes int64
 }
 
-// Space measures the database (read pool) and sets the
-// switchyard_store_*_bytes gauges to what it found.
+// Space measures the database (read pool) and the file system that holds a
+// SQLite file, and sets the switchyard_store_*_bytes gauges to what it
+// found.
 func (db *DB) Space(ctx context.Context) (Space, error) {
 	var (
 		s   Space
@@ -88,6 +112,8 @@ func (db *DB) Space(ctx context.Context) (Space, error) {
 	metricDatabaseBytes.Set(float64(s.DatabaseBytes))
 	metricFreeBytes.Set(float64(s.FreeBytes))
 	metricWALBytes.Set(float64(s.WALBytes))
+	metricDiskAvailable.Set(float64(s.DiskAvailableBytes))
+	metricDiskSize.Set(float64(s.DiskBytes))
 	return s, nil
 }
 
@@ -108,6 +134,13 @@ func (db *DB) sqliteSpace(ctx context.Context) (Space, error) {
 		s.WALBytes = st.Size()
 	case !errors.Is(err, fs.ErrNotExist):
 		return Space{}, err
+	}
+	avail, size, err := diskSpace(filepath.Dir(db.path))
+	switch {
+	case err == nil:
+		s.DiskAvailableBytes, s.DiskBytes = avail, size
+	case !errors.Is(err, errors.ErrUnsupported):
+		return Space{}, fmt.Errorf("file system of %s: %w", filepath.Dir(db.path), err)
 	}
 	return s, nil
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -202,4 +205,49 @@ func TestSpace(t *testing.T) {
 			t.Fatalf("Compact = %v, want ErrNotOnPostgres", err)
 		}
 	})
+}
+
+// TestSpaceDisk: Space measures the file system that holds the SQLite file,
+// the room the file, its WAL and a compact's copy grow into, as df sees it.
+func TestSpaceDisk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := storetest.New(t)
+	s, err := db.Space(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db.Postgres() {
+		if s.DiskBytes != 0 || s.DiskAvailableBytes != 0 {
+			t.Fatalf("on PostgreSQL the server's disk is out of sight, but Space says %+v", s)
+		}
+		return
+	}
+	df, err := exec.LookPath("df")
+	if err != nil || (runtime.GOOS != "linux" && runtime.GOOS != "darwin") {
+		t.Skip("df (coreutils) on Linux is the reference here")
+	}
+	out, err := exec.Command(df, "-P", "-k", filepath.Dir(db.Path())).Output()
+	if err != nil {
+		t.Skipf("df: %v", err)
+	}
+	// Filesystem 1024-blocks Used Available Capacity Mounted on
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	f := strings.Fields(lines[len(lines)-1])
+	size, err1 := strconv.ParseInt(f[1], 10, 64)
+	avail, err2 := strconv.ParseInt(f[3], 10, 64)
+	if len(f) < 4 || err1 != nil || err2 != nil {
+		t.Fatalf("df said %q", out)
+	}
+	size, avail = size*1024, avail*1024
+	if s.DiskBytes < size-1024 || s.DiskBytes > size+1024 {
+		t.Errorf("file system size %d bytes, df says %d", s.DiskBytes, size)
+	}
+	// Other tests write to the same file system meanwhile.
+	if d := s.DiskAvailableBytes - avail; d < -256<<20 || d > 256<<20 {
+		t.Errorf("available %d bytes, df says %d", s.DiskAvailableBytes, avail)
+	}
+	if s.DiskAvailableBytes <= 0 || s.DiskAvailableBytes > s.DiskBytes {
+		t.Errorf("available %d of %d bytes", s.DiskAvailableBytes, s.DiskBytes)
+	}
 }

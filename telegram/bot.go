@@ -16,12 +16,24 @@ import (
 
 	"github.com/mymmrac/telego"
 	ta "github.com/mymmrac/telego/telegoapi"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"switchyard/telemetry"
 )
+
+// tooManyRequests counts the Bot API's 429 answers, by the bot's id (the
+// number before the token's colon, never the secret after it). The limiter
+// paces every send to stay under Telegram's limits, so any 429 means the
+// limits differ from what it assumes, or another client spends the same
+// token's budget.
+var tooManyRequests = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "switchyard_telegram_too_many_requests_total",
+	Help: "Bot API calls Telegram answered 429 Too Many Requests (flood control), by bot id.",
+}, []string{"bot"})
 
 // DefaultAPIURL is the real Bot API server.
 const DefaultAPIURL = "https://api.telegram.org"
@@ -86,9 +98,14 @@ func NewBot(token, apiURL string, opts ...BotOption) (*telego.Bot, error) {
 	if o.log != nil {
 		log = slogLogger{log: o.log, mask: strings.NewReplacer(token, "<token>")}
 	}
+	botLabel := "unknown"
+	if id, ok := BotIDFromToken(token); ok {
+		botLabel = strconv.FormatInt(id, 10)
+	}
+	tooManyRequests.WithLabelValues(botLabel) // at 0 from the start, for the alert
 	bot, err := telego.NewBot(token,
 		telego.WithAPIServer(apiURL),
-		telego.WithAPICaller(caller{client: o.client, token: token, timeout: o.timeout}),
+		telego.WithAPICaller(caller{client: o.client, token: token, timeout: o.timeout, bot: botLabel}),
 		telego.WithLogger(log),
 	)
 	if err != nil {
@@ -150,12 +167,13 @@ func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.cause }
 
 // caller is a telegoapi.Caller on net/http that applies a per-call deadline,
-// reads 5xx answers into *HTTPStatusError or *telegoapi.Error, and strips the
-// token from every error it returns.
+// reads 5xx answers into *HTTPStatusError or *telegoapi.Error, strips the
+// token from every error it returns, and counts the 429 answers.
 type caller struct {
 	client  *http.Client
 	token   string
 	timeout time.Duration
+	bot     string // the bot id, the tooManyRequests label
 }
 
 func (c caller) Call(ctx context.Context, url string, data *ta.RequestData) (*ta.Response, error) {
@@ -166,6 +184,9 @@ func (c caller) Call(ctx context.Context, url string, data *ta.RequestData) (*ta
 			trace.WithAttributes(attribute.String("telegram.method", method)))
 	}
 	resp, err := c.call(ctx, url, data)
+	if resp != nil && resp.Error != nil && resp.ErrorCode == http.StatusTooManyRequests {
+		tooManyRequests.WithLabelValues(c.bot).Inc()
+	}
 	if err != nil && c.token != "" && strings.Contains(err.Error(), c.token) {
 		err = &redactedError{msg: strings.ReplaceAll(err.Error(), c.token, "<token>"), cause: err}
 		resp = nil

@@ -26,6 +26,7 @@ type outboxOps interface {
 	Redrive(ctx context.Context, id contract.EventID) (backend.EventRecord, error)
 	CountUnfinished(ctx context.Context) (backend.Counts, error)
 	CountHandled(ctx context.Context, from, to time.Time) (int64, error)
+	CountDeadLettered(ctx context.Context, from, to time.Time) (int64, error)
 }
 
 // funnelOps is what the console needs of the funnel in any process

@@ -30,6 +30,8 @@ type overviewModel struct {
 	// Retention is the database's space and the retention rules; nil
 	// without a retention runner.
 	Retention *retentionModel
+	// Alerts are the alert rules' conditions that hold now.
+	Alerts alertsModel
 }
 
 // botSummary is the bot outbox's card.
@@ -99,6 +101,9 @@ func (s *Server) overviewModel(r *http.Request) (overviewModel, error) {
 		return m, err
 	}
 	if m.Retention, err = s.retentionView(ctx, now); err != nil {
+		return m, err
+	}
+	if m.Alerts, err = s.alertsView(ctx, now, st); err != nil {
 		return m, err
 	}
 	return m, nil

@@ -21,6 +21,7 @@ type queueOps interface {
 	Redrive(ctx context.Context, f queue.DeadFilter) (int, error)
 	PurgeDead(ctx context.Context, f queue.DeadFilter) (int, error)
 	Purge(ctx context.Context, name string) (int, error)
+	DeadLetteredSince(ctx context.Context, since time.Time) ([]queue.DeadLettered, error)
 }
 
 // queueRow is one queue as the console shows it.

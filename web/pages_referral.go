@@ -29,6 +29,7 @@ type referralOps interface {
 	CountBonds(ctx context.Context) (int64, error)
 	ConsumedBetween(ctx context.Context, from, to time.Time) (int64, error)
 	BondsBetween(ctx context.Context, from, to time.Time) (int64, error)
+	LinkLookupsBetween(ctx context.Context, from, to time.Time) (referral.LinkLookups, error)
 }
 
 // linkRow is one referral link.

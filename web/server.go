@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"switchyard/adminsession"
 	"switchyard/authlimit"
@@ -87,6 +86,10 @@ type Options struct {
 	// Retention is the retention runner (*retention.Runner): the database's
 	// size and what each rule removed last, on the Overview; nil hides them.
 	Retention retentionOps
+	// AlertCounters is this process's counters over the alert rules'
+	// windows (*alerts.Sampler), for the Overview's warnings on chat
+	// deliveries, 429s and webhook 5xx; nil leaves those out.
+	AlertCounters alertCounters
 }
 
 // Server is the HTTP handler of a Switchyard process.
@@ -101,6 +104,9 @@ type Server struct {
 	// caches the counts of finished minutes.
 	counts  map[series]countFunc
 	minutes minuteCache
+	// lookups caches the referral link lookups of finished minutes, for
+	// the G1 alert's hour.
+	lookups lookupCache
 }
 
 // New builds the router and its middleware.
@@ -133,7 +139,7 @@ func New(opts Options) *Server {
 
 	r.Handle("/healthz", httpjson.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", httpjson.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
-	r.Handle("/metrics", promhttp.Handler()).Methods(http.MethodGet)
+	r.Handle("/metrics", s.metricsHandler()).Methods(http.MethodGet)
 	static, _ := fs.Sub(staticFS, "static")
 	r.PathPrefix("/static/").Handler(cacheStatic(http.StripPrefix("/static/", http.FileServerFS(static)))).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/", http.RedirectHandler("/admin", http.StatusSeeOther)).Methods(http.MethodGet)
@@ -141,6 +147,7 @@ func New(opts Options) *Server {
 	for _, mount := range opts.Public {
 		mount(r)
 	}
+	declareWebhookSeries(r)
 
 	// Everything under /admin refuses cross-origin state changes.
 	csrf := http.NewCrossOriginProtection()
@@ -238,14 +245,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	st, err := s.opts.DB.Ready(ctx)
-	switch {
-	case errors.Is(err, store.ErrCorrupt):
-		return httpjson.Unavailable("the database file is damaged: restore it from a backup and restart")
-	case err != nil:
-		s.log.WarnContext(ctx, "not ready", slog.Any("err", err))
-		return httpjson.Unavailable("database is not writable")
-	case st.Pending():
-		return httpjson.Unavailable("schema at version %d, %d expected; run switchyard migrate", st.Current, st.Latest)
+	if reason := notReady(st, err); reason != "" {
+		if err != nil && !errors.Is(err, store.ErrCorrupt) {
+			s.log.WarnContext(ctx, "not ready", slog.Any("err", err))
+		}
+		return httpjson.Unavailable("%s", reason)
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"status": "ready", "schemaVersion": st.Current})
 	return nil

@@ -793,6 +793,21 @@ func (o *Outbox) CountHandled(ctx context.Context, from, to time.Time) (int64, e
 	return n, nil
 }
 
+// deadEvents are the outbox's dead letters by when their attempts ran out
+// (processed_at stays NULL in them); the pending index, (processed_at,
+// dead_lettered_at, …), answers a count from the rows of its range.
+var deadEvents = store.Stamped{Table: "bot_event_outbox", Column: "dead_lettered_at", Where: "processed_at is null"}
+
+// CountDeadLettered counts the events dead-lettered in [from, to) and not
+// redriven since; a zero to has no end.
+func (o *Outbox) CountDeadLettered(ctx context.Context, from, to time.Time) (int64, error) {
+	n, err := deadEvents.CountBetween(ctx, o.db, from, to)
+	if err != nil {
+		return 0, fmt.Errorf("count dead-lettered outbox events: %w", err)
+	}
+	return n, nil
+}
+
 // GetEvent returns one event's whole row, or ErrEventNotFound.
 func (o *Outbox) GetEvent(ctx context.Context, id contract.EventID) (EventRecord, error) {
 	return o.getEvent(ctx, o.db.Read, id)

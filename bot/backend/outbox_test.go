@@ -424,6 +424,16 @@ func TestAckRetry(t *testing.T) {
 		if rec.ProcessedAt != nil || !rec.DeadLettered || rec.DeadLetteredAt == nil || rec.State != StateDead || rec.Attempts != 10 {
 			t.Fatalf("dead-lettered event %+v", rec)
 		}
+		// The dead-letter alert's count: in the minute it died, not after.
+		deadAt := *rec.DeadLetteredAt
+		for _, c := range []struct {
+			from time.Time
+			want int64
+		}{{deadAt.Add(-time.Minute), 1}, {deadAt, 1}, {deadAt.Add(time.Microsecond), 0}} {
+			if n, err := e.b.Outbox().CountDeadLettered(context.Background(), c.from, time.Time{}); err != nil || n != c.want {
+				t.Fatalf("dead-lettered since %v (it died at %v) = %d, %v; want %d", c.from, deadAt, n, err, c.want)
+			}
+		}
 		e.clock.Advance(365 * 24 * time.Hour)
 		if events := e.pending(t, ""); len(events) != 0 {
 			t.Fatalf("a dead-lettered event is pending: %+v", events)
@@ -455,6 +465,9 @@ func TestAckRetry(t *testing.T) {
 		}
 		if events := e.pending(t, ""); len(events) != 1 || events[0].ID != id || events[0].Attempts != 0 {
 			t.Fatalf("redriven event not pending: %+v", events)
+		}
+		if n, err := e.b.Outbox().CountDeadLettered(context.Background(), deadAt.Add(-time.Minute), time.Time{}); err != nil || n != 0 {
+			t.Fatalf("dead-lettered after the redrive = %d, %v; want 0", n, err)
 		}
 		e.ack(t, contract.AckRequest{ProcessedIDs: []contract.EventID{id}})
 		body := e.call(t, "POST", fmt.Sprintf("/admin/api/bot/events/%d/redrive", id), nil, 409, nil)
