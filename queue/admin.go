@@ -500,11 +500,14 @@ type DeadLetter struct {
 	CreatedAt     time.Time
 	FirstFailedAt time.Time
 	DeadAt        time.Time
+	// Traceparent is the trace context the message or record carried
+	// ("" when none was recorded); a redrive carries it on.
+	Traceparent string
 }
 
 const listDeadQuery = `
 	select id, queue, grp, partition_id, log_offset, key, order_key, seq, priority, body, attempts, last_error,
-		created_at, first_failed_at, dead_at
+		created_at, first_failed_at, dead_at, traceparent
 	from queue_dead
 	where queue = ? and grp = ? and (? = '' or id = ?) and (? = '' or order_key = ?)
 	order by dead_at, id
@@ -524,7 +527,7 @@ func scanDead(rows *sql.Rows) (deadRow, error) {
 		created, first, deadAt store.Timestamp
 	)
 	err := rows.Scan(&d.ID, &d.Queue, &d.Group, &part, &off, &d.Key, &d.OrderKey, &d.seq, &d.priority, &d.Body,
-		&d.Attempts, &d.LastError, &created, &first, &deadAt)
+		&d.Attempts, &d.LastError, &created, &first, &deadAt, &d.Traceparent)
 	if part.Valid {
 		p := int(part.Int64)
 		d.Partition = &p
@@ -682,22 +685,23 @@ func redriveMessage(ctx context.Context, tx *sql.Tx, d deadRow, now time.Time) e
 	if visible == parkedTimeout {
 		queue = heldQueue(d.Queue)
 	}
-	_, err := tx.ExecContext(ctx, insertMessageQuery, d.ID, gqTime(d.CreatedAt), queue, d.Body, visible, d.priority)
+	_, err := tx.ExecContext(ctx, insertMessageQuery, d.ID, gqTime(d.CreatedAt), queue, d.Body, visible, d.priority, d.Traceparent)
 	return err
 }
 
 const redriveRecordQuery = `
-	insert into queue_group_retries (topic, grp, partition_id, log_offset, key, value, published_at, attempts, not_before, last_error, first_failed_at)
-	values (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, null)
+	insert into queue_group_retries (topic, grp, partition_id, log_offset, key, value, published_at, attempts, not_before, last_error, first_failed_at, traceparent)
+	values (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, null, ?)
 	on conflict (topic, grp, partition_id, log_offset) do update set
-		attempts = 0, value = excluded.value, not_before = excluded.not_before, last_error = excluded.last_error, first_failed_at = null`
+		attempts = 0, value = excluded.value, not_before = excluded.not_before, last_error = excluded.last_error, first_failed_at = null,
+		traceparent = excluded.traceparent`
 
 func redriveRecord(ctx context.Context, tx *sql.Tx, d deadRow, now time.Time) error {
 	if d.Partition == nil || d.Offset == nil {
 		return errors.New("dead letter of a group without partition and offset")
 	}
 	if _, err := tx.ExecContext(ctx, redriveRecordQuery, d.Queue, d.Group, *d.Partition, *d.Offset, d.Key, d.Body,
-		store.TS(d.CreatedAt), store.TS(now), "redriven after: "+d.LastError); err != nil {
+		store.TS(d.CreatedAt), store.TS(now), "redriven after: "+d.LastError, d.Traceparent); err != nil {
 		return err
 	}
 	_, err := tx.ExecContext(ctx, `delete from queue_group_done where topic = ? and grp = ? and partition_id = ? and log_offset = ?`,

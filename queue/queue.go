@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"switchyard/store"
+	"switchyard/telemetry"
 )
 
 // ID identifies a queue message; it is the goqite row's id and survives a
@@ -40,6 +41,11 @@ type Message struct {
 	Attempt int
 	// SentAt is when the message was sent.
 	SentAt time.Time
+	// Traceparent is the W3C trace context the message carries (package
+	// telemetry), kept through retries, dead letters and redrives; "" when
+	// none was recorded. Send takes the sending context's span when it is
+	// empty.
+	Traceparent string
 }
 
 // SendResult tells what a send did.
@@ -175,8 +181,8 @@ const (
 	insertParkedOrderQuery = `
 		insert into queue_order (queue, order_key, message_id, parked, not_before) values (?, ?, ?, ?, ?)`
 	insertMessageQuery = `
-		insert into goqite (id, created, queue, body, timeout, received, priority)
-		values (?, ?, ?, ?, ?, 0, ?)`
+		insert into goqite (id, created, queue, body, timeout, received, priority, traceparent)
+		values (?, ?, ?, ?, ?, 0, ?, ?)`
 )
 
 func (q *Queue) send(ctx context.Context, tx *sql.Tx, m Message) (SendResult, error) {
@@ -223,7 +229,11 @@ func (q *Queue) send(ctx context.Context, tx *sql.Tx, m Message) (SendResult, er
 	if body == nil {
 		body = []byte{}
 	}
-	if _, err := w.exec(insertMessageQuery, string(id), gqTime(now), queue, body, visible, m.Priority); err != nil {
+	traceparent := m.Traceparent
+	if traceparent == "" {
+		traceparent = telemetry.Traceparent(ctx)
+	}
+	if _, err := w.exec(insertMessageQuery, string(id), gqTime(now), queue, body, visible, m.Priority, traceparent); err != nil {
 		return SendResult{}, fmt.Errorf("queue %s: insert message: %w", q.name, err)
 	}
 	res := SendResult{ID: id}
@@ -337,13 +347,13 @@ func releaseOrder(w writer, queue string, id ID, orderKey string, now time.Time)
 const (
 	takeDeliveredQuery = `
 		delete from goqite where queue = ? and id = ? and received = ?
-		returning body, created, priority`
+		returning body, created, priority, traceparent`
 	orderSlotQuery   = `select seq from queue_order where message_id = ?`
 	firstFailedQuery = `select first_failed_at from queue_retries where message_id = ?`
 	insertDeadQuery  = `
 		insert into queue_dead (id, queue, grp, partition_id, log_offset, key, order_key, seq, priority, body,
-			attempts, last_error, created_at, first_failed_at, dead_at)
-		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+			attempts, last_error, created_at, first_failed_at, dead_at, traceparent)
+		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	insertFailureQuery = `
 		insert into queue_failures (queue, grp, message_id, attempt, error, outcome, failed_at)
 		values (?, ?, ?, ?, ?, ?, ?)`
@@ -360,12 +370,13 @@ const (
 // The caller holds the order key's lock (lockOrderKeys).
 func deadLetterMessage(w writer, queue string, id ID, attempt int, orderKey, lastErr string, now time.Time) (bool, error) {
 	var (
-		body     []byte
-		created  string
-		priority int
-		seq      int64
+		body        []byte
+		created     string
+		priority    int
+		seq         int64
+		traceparent string
 	)
-	err := w.queryRow(takeDeliveredQuery, queue, string(id), attempt).Scan(&body, &created, &priority)
+	err := w.queryRow(takeDeliveredQuery, queue, string(id), attempt).Scan(&body, &created, &priority, &traceparent)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -396,7 +407,7 @@ func deadLetterMessage(w writer, queue string, id ID, attempt int, orderKey, las
 	}
 	createdAt, _ := parseGQ(created)
 	if _, err := w.exec(insertDeadQuery, string(id), queue, "", nil, nil, "", orderKey, seq, priority, body,
-		attempt, lastErr, store.TS(createdAt), firstFailed, store.TS(now)); err != nil {
+		attempt, lastErr, store.TS(createdAt), firstFailed, store.TS(now), traceparent); err != nil {
 		return false, fmt.Errorf("queue %s: dead-letter %s: %w", queue, id, err)
 	}
 	if _, err := w.exec(insertFailureQuery, queue, "", string(id), attempt, lastErr, "dead", store.TS(now)); err != nil {

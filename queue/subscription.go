@@ -832,7 +832,7 @@ func (s *Subscription) deadLetter(w writer, e *entry, attempt int, text string, 
 		return err
 	}
 	if _, err := w.exec(insertDeadQuery, "r_"+string(newID())[2:], topic, group, p, off, e.rec.Key, "", 0, 0, e.rec.Value,
-		attempt, text, store.TS(e.rec.PublishedAt), firstFailed, store.TS(now)); err != nil {
+		attempt, text, store.TS(e.rec.PublishedAt), firstFailed, store.TS(now), e.rec.Traceparent); err != nil {
 		return err
 	}
 	_, err := w.exec(insertFailureQuery, topic, group, recordID(p, off), attempt, text, "dead", store.TS(now))

@@ -63,6 +63,10 @@ type Record struct {
 	PublishedAt time.Time
 	// Attempt is set for consumers: 1 on the first delivery to the group.
 	Attempt int
+	// Traceparent is the W3C trace context the record carries (package
+	// telemetry): the span that published it, kept through retries, dead
+	// letters and redrives; "" when none was recorded.
+	Traceparent string
 }
 
 // NewTopic declares the topic (persisting its name, partition count and

@@ -368,7 +368,7 @@ const (
 		order by priority desc, created
 		limit ?`
 	receiveTail = `
-	returning id, body, received, created, priority`
+	returning id, body, received, created, priority, traceparent`
 	receiveQueryPG = receiveHead + `
 		for update skip locked)` + receiveTail
 )
@@ -400,7 +400,7 @@ func (w *Worker) receive(n int) ([]Message, error) {
 				m       Message
 				created string
 			)
-			if err := rows.Scan(&m.ID, &m.Body, &m.Attempt, &created, &m.Priority); err != nil {
+			if err := rows.Scan(&m.ID, &m.Body, &m.Attempt, &created, &m.Priority, &m.Traceparent); err != nil {
 				return err
 			}
 			m.SentAt, _ = parseGQ(created)
