@@ -1,0 +1,87 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"switchyard/telemetry/telemetrytest"
+)
+
+// BenchmarkTracingOverhead measures what traces cost webhook ingest, as
+// issue 19 states its goal: the load of BenchmarkWebhookLoopback (b.N
+// business messages with unique update ids from `switchyard loadtest` in a
+// process of its own, 64 connections, SQLite at synchronous=FULL) against
+// `switchyard serve --roles inbound` with tracing off — the default — and
+// then with every span sampled and exported over OTLP/HTTP to a local
+// collector (telemetrytest.Collector, which decodes and counts what it gets).
+// With -count each round runs both, so each ratio is of one round.
+//
+// With SWITCHYARD_BENCH_BEFORE_TRACING naming a binary built from the commit
+// before tracing came in (2c42374^), a third case serves with that binary, so
+// that the ratio of tracing off to no tracing at all is measured too:
+//
+//	git worktree add /tmp/before-tracing 2c42374^ && (cd /tmp/before-tracing && go build -o /tmp/switchyard-before .)
+//	SWITCHYARD_BENCH_BEFORE_TRACING=/tmp/switchyard-before \
+//	  go test -run '^$' -bench TracingOverhead -benchtime 20000x -count 3 .
+func BenchmarkTracingOverhead(b *testing.B) {
+	bin := binary(b)
+	secret, admin := randomHex(b, 32), randomHex(b, 32)
+	env := []string{"SWITCHYARD_ADMIN_TOKEN=" + admin, "OMNI_WEBHOOK_SECRET=" + secret, "OTEL_TRACES_EXPORTER=none"}
+	serve := func(b *testing.B, serveBin string, env []string) (loopbackResult, *process) {
+		p := startServe(b, serveBin, env, "serve", "--db", filepath.Join(b.TempDir(), "inbound.db"),
+			"--addr", "127.0.0.1:0", "--roles", "inbound", "--log-level", "error")
+		cpu0 := procCPU(b, p.cmd.Process.Pid)
+		r := runLoadtest(b, bin, env, p.base)
+		r.serverCPU = procCPU(b, p.cmd.Process.Pid) - cpu0
+		r.report(b)
+		return r, p
+	}
+
+	var off loopbackResult
+	if before := os.Getenv("SWITCHYARD_BENCH_BEFORE_TRACING"); before != "" {
+		var none loopbackResult
+		b.Run("before-tracing", func(b *testing.B) { none, _ = serve(b, before, env) })
+		b.Run("tracing=off", func(b *testing.B) {
+			off, _ = serve(b, bin, env)
+			if none.rate > 0 {
+				b.ReportMetric(off.rate/none.rate, "x-before-tracing")
+			}
+		})
+	} else {
+		b.Run("tracing=off", func(b *testing.B) { off, _ = serve(b, bin, env) })
+	}
+
+	b.Run("tracing=otlp-sampled-100%", func(b *testing.B) {
+		col := telemetrytest.NewCollector(b)
+		r, p := serve(b, bin, append(env, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+col.URL,
+			"OTEL_TRACES_SAMPLER=always_on"))
+		if off.rate > 0 {
+			b.ReportMetric(r.rate/off.rate, "x-tracing-off")
+		}
+		// A stopped serve flushes its exporter: then the collector holds every
+		// span the run exported.
+		stopProcess(b, p)
+		if col.Spans() == 0 {
+			b.Fatal("the collector received no span: tracing was not on")
+		}
+		b.ReportMetric(float64(col.Spans())/float64(r.accepted), "spans/req")
+	})
+}
+
+// stopProcess asks p to stop and waits up to 30 s for it to be gone (its
+// startServe cleanup reaps it).
+func stopProcess(b *testing.B, p *process) {
+	b.Helper()
+	pid := p.cmd.Process.Pid
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(30 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			b.Fatalf("serve %d did not stop within 30 s", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
