@@ -54,7 +54,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		b.Run("tracing=off", func(b *testing.B) { off, _ = serve(b, bin, env) })
 	}
 
-	b.Run("tracing=otlp-sampled-100%", func(b *testing.B) {
+	b.Run("tracing=otlp-sampled-all", func(b *testing.B) {
 		col := telemetrytest.NewCollector(b)
 		r, p := serve(b, bin, append(env, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+col.URL,
 			"OTEL_TRACES_SAMPLER=always_on"))

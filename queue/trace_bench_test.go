@@ -1,0 +1,98 @@
+package queue_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"switchyard/queue"
+	"switchyard/store"
+	"switchyard/store/storetest"
+	"switchyard/telemetry"
+	"switchyard/telemetry/telemetrytest"
+)
+
+// BenchmarkTracingOverhead measures what traces cost the queue's
+// send→handle→ack loop (BenchmarkThroughput's queue case: 16 parallel
+// senders, one worker of concurrency 64, synchronous=FULL), as issue 19
+// states its goal: each send starts a span of its own, so the message
+// carries a traceparent and the worker's handling continues that trace.
+// tracing=off is the default (no provider: the spans are no-ops);
+// tracing=otlp samples every span and exports it over OTLP/HTTP to a local
+// collector (telemetrytest.Collector, which decodes and counts them). With
+// -count each round runs both, so each ratio is of one round.
+//
+//	go test -run '^$' -bench TracingOverhead -benchtime 20000x -count 3 ./queue/
+func BenchmarkTracingOverhead(b *testing.B) {
+	var off float64
+	b.Run("tracing=off", func(b *testing.B) {
+		off = sendHandleAck(b)
+	})
+	b.Run("tracing=otlp-sampled-all", func(b *testing.B) {
+		col := telemetrytest.NewCollector(b)
+		b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
+		b.Setenv("OTEL_TRACES_SAMPLER", "always_on")
+		tracing, err := telemetry.Setup(context.Background(), telemetry.Options{Getenv: func(k string) string {
+			if k == "OTEL_TRACES_EXPORTER" {
+				return telemetry.ExporterOTLP
+			}
+			return ""
+		}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rate := sendHandleAck(b)
+		if err := tracing.Shutdown(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		if off > 0 {
+			b.ReportMetric(rate/off, "x-tracing-off")
+		}
+		if col.Spans() == 0 {
+			b.Fatal("the collector received no span: tracing was not on")
+		}
+		b.ReportMetric(float64(col.Spans())/float64(b.N), "spans/msg")
+	})
+}
+
+// sendHandleAck runs b.N messages through a queue, each sent inside a span
+// of its own, and returns the rate.
+func sendHandleAck(b *testing.B) float64 {
+	db := storetest.NewWith(b, store.Options{Synchronous: store.SyncFull})
+	q := queue.New(queue.NewOpts{DB: db, Name: "bench"})
+	var handled atomic.Int64
+	all := make(chan struct{})
+	n := int64(b.N)
+	w := q.Start(context.Background(), queue.WorkerOpts{Concurrency: 64, Handler: func(ctx context.Context, m queue.Message) error {
+		if handled.Add(1) == n {
+			close(all)
+		}
+		return nil
+	}})
+	b.ResetTimer()
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			ctx, span := telemetry.Start(context.Background(), "bench.send")
+			_, err := q.Send(ctx, queue.Message{Body: []byte("yo")})
+			telemetry.End(span, err)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	select {
+	case <-all:
+	case <-time.After(time.Minute):
+		b.Fatalf("handled %d of %d", handled.Load(), n)
+	}
+	b.StopTimer()
+	if err := w.Stop(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	rate := float64(b.N) / b.Elapsed().Seconds()
+	b.ReportMetric(rate, "msg/s")
+	return rate
+}
