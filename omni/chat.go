@@ -9,8 +9,11 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"switchyard/queue"
 	"switchyard/store"
+	"switchyard/telemetry"
 )
 
 // ChatOpts configure NewChat. Zero values get defaults.
@@ -167,6 +170,10 @@ type flowItem struct {
 	key   string
 	wait  time.Duration // before it is tried again, when it waits for its connection
 	await bool          // it may wait for its connection (decideAwaitConnection)
+	// ctx carries its apply's span (span), in the trace of its webhook:
+	// its savepoint and what it queues are in that trace.
+	ctx  context.Context
+	span trace.Span
 
 	// What the batch's transaction did with it; each run of the
 	// transaction function starts afresh (reset).
@@ -211,20 +218,32 @@ func (c *Chat) handleFlowBatch(ctx context.Context, msgs []queue.Message) []erro
 	if len(items) == 0 {
 		return errs
 	}
-	parked, err := c.lane.parkedKeys(ctx, keys)
-	if err == nil {
-		err = c.db.Tx(ctx, func(tx *sql.Tx) error { return c.applyFlowTx(ctx, tx, items, parked) })
+	bctx, batch := batchSpan(ctx, len(items))
+	var link context.Context
+	if batch.IsRecording() {
+		link = bctx
 	}
+	for _, it := range items {
+		it.ctx, it.span = applySpan(ctx, it.m, it.env, link)
+	}
+	parked, err := c.lane.parkedKeys(bctx, keys)
+	if err == nil {
+		err = c.db.Tx(bctx, func(tx *sql.Tx) error { return c.applyFlowTx(bctx, tx, items, parked) })
+	}
+	telemetry.End(batch, err)
 	if err != nil {
 		// Nothing of the batch was kept (or, stopping, it is abandoned): the
 		// queue delivers each message again.
 		for _, it := range items {
 			errs[it.i] = err
+			endApply(it.span, chatRetry, applied{}, err)
 		}
 		return errs
 	}
 	for _, it := range items {
 		errs[it.i] = c.flowOutcome(it)
+		outcome, err := flowItemOutcome(it)
+		endApply(it.span, outcome, it.res, err)
 	}
 	return errs
 }
@@ -257,8 +276,8 @@ func (c *Chat) applyFlowTx(ctx context.Context, tx *sql.Tx, items []*flowItem, p
 		stale := false
 		settle := func(fn func() error) error {
 			stale = false
-			return queue.SavepointTx(ctx, c.db, tx, func() error {
-				if err := c.lane.flow.AckTx(ctx, tx, it.m); err != nil {
+			return queue.SavepointTx(it.ctx, c.db, tx, func() error {
+				if err := c.lane.flow.AckTx(it.ctx, tx, it.m); err != nil {
 					stale = true
 					return err
 				}
@@ -267,7 +286,7 @@ func (c *Chat) applyFlowTx(ctx context.Context, tx *sql.Tx, items []*flowItem, p
 		}
 		if parked[it.key] {
 			// Behind its thread's envelopes in receiver.retry.
-			err := settle(func() error { return c.lane.escalateTx(ctx, tx, it.m.Body, env.IdempotencyKey, it.key, 0) })
+			err := settle(func() error { return c.lane.escalateTx(it.ctx, tx, it.m.Body, env.IdempotencyKey, it.key, 0) })
 			if errors.Is(err, queue.ErrSavepoint) || ctx.Err() != nil {
 				return err
 			}
@@ -285,7 +304,7 @@ func (c *Chat) applyFlowTx(ctx context.Context, tx *sql.Tx, items []*flowItem, p
 		var res applied
 		applyErr := settle(func() error {
 			var err error
-			res, err = c.domain.applyNewTx(ctx, tx, env, it.await)
+			res, err = c.domain.applyNewTx(it.ctx, tx, env, it.await)
 			return err
 		})
 		switch {
@@ -305,7 +324,7 @@ func (c *Chat) applyFlowTx(ctx context.Context, tx *sql.Tx, items []*flowItem, p
 		}
 		// Nothing of the failed apply was kept: hand the envelope to the retry lane.
 		delay := c.lane.policy.Backoff(1)
-		moveErr := settle(func() error { return c.lane.escalateTx(ctx, tx, it.m.Body, env.IdempotencyKey, it.key, delay) })
+		moveErr := settle(func() error { return c.lane.escalateTx(it.ctx, tx, it.m.Body, env.IdempotencyKey, it.key, delay) })
 		if errors.Is(moveErr, queue.ErrSavepoint) || ctx.Err() != nil {
 			return errors.Join(applyErr, moveErr)
 		}
@@ -338,13 +357,16 @@ func (c *Chat) flowOutcome(it *flowItem) error {
 // handleRetry applies an envelope from receiver.retry and releases its
 // thread's hold. Failures retry in place with backoff; the last attempt
 // releases the thread and dead-letters the envelope (receiver.dlq).
-func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
+func (c *Chat) handleRetry(ctx context.Context, m queue.Message) (err error) {
 	env, err := c.envelopeOf(m)
 	if env == nil {
 		return err
 	}
-	wait, await := decideAwaitConnection(env.ReceivedAt, c.db.Now(), m.Attempt, c.lane.policy.MaxAttempts)
+	ctx, span := applySpan(ctx, m, env, nil)
 	var res applied
+	outcome := chatRetry
+	defer func() { endApply(span, outcome, res, err) }()
+	wait, await := decideAwaitConnection(env.ReceivedAt, c.db.Now(), m.Attempt, c.lane.policy.MaxAttempts)
 	err = c.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
 		if res, err = c.domain.applyWaitingTx(ctx, tx, env, await); err != nil {
@@ -354,9 +376,11 @@ func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
 	})
 	if err == nil {
 		c.record(env, res)
+		outcome = string(res.Outcome)
 		return nil
 	}
 	if ctx.Err() == nil && errors.Is(err, errConnectionUnknown) {
+		outcome = chatWaiting
 		return c.awaitConnection(env, wait, err)
 	}
 	if ctx.Err() == nil && m.Attempt >= c.lane.policy.MaxAttempts {
@@ -367,6 +391,7 @@ func (c *Chat) handleRetry(ctx context.Context, m queue.Message) error {
 			return errors.Join(err, unparkErr)
 		}
 		metricChatEvents.WithLabelValues(string(env.EventType), chatDead).Inc()
+		outcome = chatDead
 		c.log.Error("envelope dead-lettered", slog.String("event_id", env.IdempotencyKey),
 			slog.Int("attempt", m.Attempt), slog.String("outcome", "dead"), slog.Any("err", err))
 		return queue.Permanent(err)

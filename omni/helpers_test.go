@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"switchyard/store"
 	"switchyard/telegram/fakebot"
+	"switchyard/telemetry"
 )
 
 // The bot the tests' business inbox runs as, and its fake Bot API token.
@@ -145,6 +147,31 @@ func serve(t testing.TB, mounts ...func(r *mux.Router)) string {
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// serverSpans gives every request a server span named by its route
+// template, as web's middleware does (web imports omni, so its tests cannot
+// use it). With tracing off it does nothing.
+func serverSpans(r *mux.Router) {
+	r.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			req, span := telemetry.ServerSpan(req)
+			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+			next.ServeHTTP(sw, req)
+			tmpl, _ := mux.CurrentRoute(req).GetPathTemplate()
+			telemetry.EndServer(span, req.Method, tmpl, sw.status)
+		})
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	w.status = status
+	w.ResponseWriter.WriteHeader(status)
 }
 
 // adminRoutes mounts a's routes under /admin/api as the web package does.

@@ -182,7 +182,11 @@ func (in *Inbound) webhook(w http.ResponseWriter, r *http.Request) error {
 
 // enqueue puts env on receiver.flow in its own small transaction, which the
 // store commits together with concurrent webhooks' on SQLite (group commit).
-func (in *Inbound) enqueue(ctx context.Context, env *Envelope) (queue.SendResult, error) {
+// The message carries the enqueue's span (omni.inbound.enqueue), so the
+// chat role's work on it continues the webhook's trace.
+func (in *Inbound) enqueue(ctx context.Context, env *Envelope) (res queue.SendResult, err error) {
+	ctx, span := enqueueSpan(ctx, env)
+	defer func() { endEnqueue(span, res, err) }()
 	raw, err := env.Encode()
 	if err != nil {
 		return queue.SendResult{}, err

@@ -213,7 +213,19 @@ var errPacing = errors.New("waiting for the rate limit")
 // committed before the next begins (sending before the call, the outcome
 // after it). Only a crash between Telegram's answer and its record can send
 // a message twice.
+//
+// Each attempt is a span, omni.outbound.deliver, whose child is the Bot API
+// call; what the attempt learnt goes into d for it.
 func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) error {
+	ctx, span := deliverSpan(ctx, m, inRetry)
+	var d deliveryTrace
+	err := o.attempt(ctx, m, inRetry, &d)
+	endDeliver(span, d, err)
+	return err
+}
+
+// attempt is deliver's attempt at m.
+func (o *Outbound) attempt(ctx context.Context, m queue.Message, inRetry bool, tr *deliveryTrace) error {
 	var cmd SendCommand
 	if err := json.Unmarshal(m.Body, &cmd); err != nil || cmd.MessageID == 0 {
 		return queue.Permanent(fmt.Errorf("decode send command: %w", err))
@@ -223,11 +235,13 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 		return queue.Permanent(fmt.Errorf("send command %d: chat id %q: %w", cmd.MessageID, cmd.ChatID, err))
 	}
 	key, orderKey := cmd.jobKey(), cmd.orderKey()
+	tr.message, tr.chatID = cmd.MessageID, cmd.ChatID
 	log := o.log.With(slog.Int64("message_id", int64(cmd.MessageID)), slog.String("queue", o.laneQueue(inRetry)))
 
 	st, err := o.state(ctx, cmd)
 	if errors.Is(err, ErrMessageNotFound) {
 		log.Error("send command for a message that does not exist; dropped", slog.String("outcome", "dropped"))
+		tr.outcome = "dropped"
 		return nil
 	}
 	if err != nil {
@@ -235,6 +249,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 	}
 	if st.Status == StatusSent {
 		metricOutboundSends.WithLabelValues(sendDuplicate).Inc()
+		tr.outcome = sendDuplicate
 		return o.db.Tx(ctx, func(tx *sql.Tx) error { return o.lane.unparkTx(ctx, tx, key) })
 	}
 
@@ -246,12 +261,14 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 		}
 		if parked {
 			metricOutboundSends.WithLabelValues(sendDeferred).Inc()
+			tr.outcome = sendDeferred
 			return o.db.Tx(ctx, func(tx *sql.Tx) error { return o.lane.escalateTx(ctx, tx, m.Body, key, orderKey, 0) })
 		}
 	}
 
 	if reason := decideRefusal(cmd, st, o.botKey); reason != nil {
 		metricOutboundSends.WithLabelValues(sendRefused).Inc()
+		tr.outcome = sendRefused
 		log.Warn("send refused before calling Telegram", slog.String("outcome", "failed"), slog.String("reason", reason.Error()))
 		if err := o.fail(ctx, cmd.MessageID, key, reason.Error(), false); err != nil {
 			return err
@@ -263,20 +280,24 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 	now := o.db.Now()
 	if at := o.limiter.When(chat, now); at.Sub(now) > o.opts.MaxPacingWait {
 		metricOutboundSends.WithLabelValues(sendRateLimited).Inc()
+		tr.outcome = sendRateLimited
 		return queue.RetryAfter(at.Sub(now), errPacing)
 	}
 
 	attempts, err := o.markSending(ctx, cmd.MessageID)
 	if errors.Is(err, errAlreadySent) {
+		tr.outcome = sendDuplicate
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	tr.attempt = attempts
 	if !o.pace(ctx, chat) {
 		// The token did not come in time (many chats at once): wait in
 		// the queue instead.
 		metricOutboundSends.WithLabelValues(sendRateLimited).Inc()
+		tr.outcome = sendRateLimited
 		wait := max(o.limiter.When(chat, o.db.Now()).Sub(o.db.Now()), 10*time.Millisecond)
 		if err := o.retrying(ctx, cmd.MessageID, "", o.db.Now().Add(wait), errPacing.Error(), ""); err != nil {
 			return err
@@ -293,6 +314,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 	metricOutboundDuration.Observe(time.Since(start).Seconds())
 	if err == nil {
 		metricOutboundSends.WithLabelValues(sendSent).Inc()
+		tr.outcome = sendSent
 		return o.markSent(ctx, cmd.MessageID, key, strconv.Itoa(sent.MessageID))
 	}
 	if ctx.Err() != nil {
@@ -300,12 +322,14 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 	}
 
 	f := telegram.Classify(err)
+	tr.failure = f.Err
 	d := decideFailure(f, attempts, o.opts.MaxAttempts,
 		queue.RetryPolicy{MinBackoff: o.opts.MinBackoff, MaxBackoff: o.opts.MaxBackoff}.Backoff(attempts))
 	now = o.db.Now()
 	switch d.Action {
 	case actionRetryAfter:
 		metricOutboundSends.WithLabelValues(sendRateLimited).Inc()
+		tr.outcome = sendRateLimited
 		o.pause(chat, now.Add(d.Delay))
 		log.Warn("telegram asked to slow down; rescheduled", slog.String("outcome", "retry_after"), slog.Duration("retry_after", d.Delay))
 		if err := o.retrying(ctx, cmd.MessageID, "", now.Add(d.Delay), d.Reason, ""); err != nil {
@@ -314,6 +338,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 		return queue.RetryAfter(d.Delay, f.Err)
 	case actionRetry:
 		metricOutboundSends.WithLabelValues(sendRetry).Inc()
+		tr.outcome = sendRetry
 		log.Warn("send failed; will retry", slog.String("outcome", "retry"), slog.Int("attempt", attempts),
 			slog.Duration("backoff", d.Delay), slog.String("reason", d.Reason))
 		if inRetry {
@@ -331,6 +356,7 @@ func (o *Outbound) deliver(ctx context.Context, m queue.Message, inRetry bool) e
 		})
 	default:
 		metricOutboundSends.WithLabelValues(sendFailed).Inc()
+		tr.outcome = sendFailed
 		log.Warn("send failed for good", slog.String("outcome", "failed"), slog.Int("attempt", attempts), slog.String("reason", d.Reason))
 		if err := o.fail(ctx, cmd.MessageID, key, d.Reason, d.Unreachable); err != nil {
 			return err

@@ -72,7 +72,7 @@ func newPlatform(t testing.TB, o platformOpts) *platform {
 		o.outbound.PollInterval = 50 * time.Millisecond
 	}
 	p.out = NewOutbound(o.outbound)
-	p.base = serve(t, in.Routes, adminRoutes(p.admin))
+	p.base = serve(t, serverSpans, in.Routes, adminRoutes(p.admin))
 
 	bot, err := telegram.NewBot(inboxToken, fakeURL)
 	if err != nil {

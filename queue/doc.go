@@ -71,6 +71,21 @@
 // rows in one sorted order (so that publishers to several partitions never
 // deadlock).
 //
+// Traces (package telemetry): a message carries a W3C traceparent — the one
+// Send is given in Message.Traceparent, else the sending context's span — and
+// keeps it through retries, its dead letter and a redrive. The worker, not
+// the handler, starts the consumer span of each delivery, "queue.handle
+// <queue>" (kind consumer; the queue, the message id, the attempt, and the
+// outcome the handler's result asks for: done, retry or dead), as a child of
+// the message's traceparent, and ends it with the handler's result, marked
+// failed when there is an error — one span per message for a BatchHandler
+// too. Every attempt of a message is therefore a sibling in the trace of the
+// work that sent it. The handler's context carries the span; in the Message
+// a handler gets, Traceparent is the span's, so a batch handler continues
+// each message's trace with telemetry.Resume(ctx, m.Traceparent), and what a
+// handler sends joins the trace. SavepointTx is a "store.savepoint" span in
+// its context's trace. With no tracer installed none of this allocates.
+//
 // Admin is the operator's side: Stats for the console, the JSON admin API
 // (AdminRoutes: queues, topics, groups, dead letters), redrive and purge,
 // and the janitor that applies retention.

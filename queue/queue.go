@@ -44,7 +44,9 @@ type Message struct {
 	// Traceparent is the W3C trace context the message carries (package
 	// telemetry), kept through retries, dead letters and redrives; "" when
 	// none was recorded. Send takes the sending context's span when it is
-	// empty.
+	// empty. In the Message a handler gets, with tracing on, it is the
+	// context of the delivery's own span (queue.handle <queue>), a child of
+	// the one sent.
 	Traceparent string
 }
 
@@ -78,6 +80,8 @@ type Queue struct {
 	retry   RetryPolicy
 	log     *slog.Logger
 	sig     *signal
+	// span names the consumer span of a delivery: "queue.handle <name>".
+	span string
 }
 
 // DefaultTimeout is a delivered message's default visibility timeout.
@@ -116,6 +120,7 @@ func New(opts NewOpts) *Queue {
 		retry:   opts.Retry.withDefaults(),
 		log:     opts.Logger.With(slog.String("queue", opts.Name)),
 		sig:     queueSignal(opts.DB, opts.Name),
+		span:    "queue.handle " + opts.Name,
 	}
 }
 

@@ -6,7 +6,11 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"switchyard/store"
+	"switchyard/telemetry"
 )
 
 // ErrSavepoint is SavepointTx's error when the savepoint itself failed.
@@ -25,7 +29,26 @@ const ErrSavepoint = Error("queue: savepoint failed; the transaction cannot go o
 // savepoint already keeps such work apart). Functions fn gives
 // db.AfterCommit or db.BeforeCommit directly are not taken back: give them
 // as fn's last step.
+//
+// With tracing on, the savepoint is a span, "store.savepoint", a child of
+// ctx's span: in a batch transaction, whose store.tx span belongs to no
+// message's trace, it is a message's storage work in that message's trace.
 func SavepointTx(ctx context.Context, db *store.DB, tx *sql.Tx, fn func() error) error {
+	if !telemetry.Enabled() {
+		return savepointTx(ctx, db, tx, fn)
+	}
+	system := "sqlite"
+	if db.Postgres() {
+		system = "postgresql"
+	}
+	ctx, span := telemetry.Start(ctx, "store.savepoint", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("db.system.name", system)))
+	err := savepointTx(ctx, db, tx, fn)
+	telemetry.End(span, err)
+	return err
+}
+
+func savepointTx(ctx context.Context, db *store.DB, tx *sql.Tx, fn func() error) error {
 	w := newWriter(ctx, tx, db)
 	if _, err := w.exec(savepointQuery); err != nil {
 		return fmt.Errorf("%w: savepoint: %w", ErrSavepoint, err)

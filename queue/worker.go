@@ -12,7 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"switchyard/store"
+	"switchyard/telemetry"
 )
 
 // HandlerFunc handles one queue message. Return nil to acknowledge it, an
@@ -319,10 +323,22 @@ func (w *Worker) handleBatch(msgs []Message, freed chan<- struct{}) {
 
 // callBatch calls the batch handler: one error per message, whatever it
 // returned (a panic, or a result count that does not match, fails them all).
+// With tracing on, each message has a consumer span of its own around the
+// call (handleSpan), ended with that message's result.
 func (w *Worker) callBatch(msgs []Message) (errs []error) {
+	var spans []trace.Span
+	if telemetry.Enabled() {
+		spans = make([]trace.Span, len(msgs))
+		for i := range msgs {
+			_, spans[i] = w.q.handleSpan(w.hctx, &msgs[i])
+		}
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			errs = repeatErr(len(msgs), fmt.Errorf("batch handler panicked: %v", p))
+		}
+		for i, span := range spans {
+			w.q.endHandleSpan(span, msgs[i], errs[i])
 		}
 	}()
 	errs = w.opts.BatchHandler(w.hctx, msgs)
@@ -344,12 +360,55 @@ func repeatErr(n int, err error) []error {
 }
 
 func (w *Worker) call(m Message) (err error) {
+	ctx, span := w.q.handleSpan(w.hctx, &m)
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panicked: %v", p)
 		}
+		w.q.endHandleSpan(span, m, err)
 	}()
-	return w.opts.Handler(w.hctx, m)
+	return w.opts.Handler(ctx, m)
+}
+
+// handleSpan starts the consumer span of one delivery of m, "queue.handle
+// <queue>", as a child of the span that sent it (m.Traceparent, carried
+// through retries, dead letters and redrives), and sets m.Traceparent to the
+// new span's context: a batch handler, which gets one context for all its
+// messages, resumes each message's span from it, and what a handler sends
+// with it joins the delivery's trace. With tracing off it returns ctx and a
+// span that does nothing, and allocates nothing.
+func (q *Queue) handleSpan(ctx context.Context, m *Message) (context.Context, trace.Span) {
+	if !telemetry.Enabled() {
+		return telemetry.Start(ctx, q.span) // ctx as it is, and a span that does nothing
+	}
+	ctx, span := telemetry.Start(telemetry.Resume(ctx, m.Traceparent), q.span, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.destination.name", q.name),
+			attribute.String("messaging.message.id", string(m.ID)),
+			attribute.Int("queue.attempt", m.Attempt),
+		))
+	m.Traceparent = telemetry.Traceparent(ctx)
+	return ctx, span
+}
+
+// endHandleSpan ends a delivery's span with what the handler's result asks
+// of the queue: done, retry or dead (the commit that follows may still find
+// the message delivered again meanwhile; the span tells the handler's
+// verdict). A failed delivery is an error span.
+func (q *Queue) endHandleSpan(span trace.Span, m Message, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	outcome := "done"
+	if err != nil {
+		outcome = "retry"
+		if q.retry.decide(m.Attempt, err).dead {
+			outcome = "dead"
+		}
+	}
+	span.SetAttributes(attribute.String("queue.outcome", outcome))
+	telemetry.End(span, err)
 }
 
 // receiveQuery takes the visible messages it returns in one statement. On
