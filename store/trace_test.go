@@ -11,7 +11,7 @@ import (
 )
 
 // A transaction is a store.tx span under the caller's span, marked failed
-// when the transaction was rolled back.
+// when the transaction was rolled back; one with no caller's span is none.
 func TestTxIsASpan(t *testing.T) {
 	rec := telemetrytest.Record(t)
 	db := storetest.New(t)
@@ -22,6 +22,11 @@ func TestTxIsASpan(t *testing.T) {
 	boom := errors.New("boom")
 	if err := db.Tx(ctx, func(tx *sql.Tx) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("Tx = %v, want boom", err)
+	}
+	// With no span to go under, a transaction (a worker's poll, a lease's
+	// renewal) starts no trace of its own.
+	if err := db.Tx(t.Context(), func(tx *sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
 	}
 	parent.End()
 	spans := rec.Named("store.tx")

@@ -49,8 +49,13 @@ type TxFunc func(tx *sql.Tx) error
 // therefore be safe to run more than once: it may set the caller's variables,
 // but anything it does outside the database belongs in AfterCommit. The
 // context rules are the same.
+//
+// With tracing on, a transaction is a store.tx span under ctx's span. One
+// whose ctx has no span (a worker's poll, a lease's renewal, a janitor's
+// sweep) starts none: as the root of a trace of its own it would send a
+// one-span trace at every idle poll, and say nothing about any work.
 func (db *DB) Tx(ctx context.Context, fn TxFunc) error {
-	if !telemetry.Enabled() {
+	if !telemetry.Enabled() || !trace.SpanContextFromContext(ctx).IsValid() {
 		return db.tx(ctx, fn)
 	}
 	ctx, span := telemetry.Start(ctx, "store.tx", trace.WithSpanKind(trace.SpanKindClient),
