@@ -276,7 +276,14 @@ func sendSpan(ctx context.Context, m queue.Message, d dm) (context.Context, trac
 	if d.Fallback != nil && d.Fallback.UID != 0 {
 		attrs = append(attrs, telemetry.String("bot.magnet_uid", strconv.FormatInt(int64(d.Fallback.UID), 10)))
 	}
-	return telemetry.Start(telemetry.Resume(ctx, d.Traceparent), "bot.dm.send",
+	// The queue's consumer span (queue.handle) already continues the DM's
+	// trace when its message carried it; a DM recorded before messages did
+	// carries it in its body alone.
+	parent := ctx
+	if want, ok := telemetry.Parse(d.Traceparent); ok && trace.SpanContextFromContext(ctx).TraceID() != want.TraceID() {
+		parent = telemetry.Resume(ctx, d.Traceparent)
+	}
+	return telemetry.Start(parent, "bot.dm.send",
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 }
 

@@ -181,6 +181,20 @@ func childOf(parent sdktrace.ReadOnlySpan) func(sdktrace.ReadOnlySpan) bool {
 	return func(o sdktrace.ReadOnlySpan) bool { return telemetrytest.ChildOf(o, parent) }
 }
 
+// handledUnder matches the spans whose parent is the queue's consumer span
+// (queue.handle) of a message sent under parent: a DM's attempt, which the
+// DM queue's worker runs in the trace of the handling that recorded it.
+func handledUnder(rec *telemetrytest.Recorder, parent sdktrace.ReadOnlySpan) func(sdktrace.ReadOnlySpan) bool {
+	return func(o sdktrace.ReadOnlySpan) bool {
+		for _, h := range rec.Spans() {
+			if h.SpanContext().SpanID() == o.Parent().SpanID() && h.SpanContext().TraceID() == o.Parent().TraceID() {
+				return strings.HasPrefix(h.Name(), "queue.handle ") && telemetrytest.ChildOf(h, parent)
+			}
+		}
+		return false
+	}
+}
+
 // attr matches the spans whose attribute key is value.
 func attr(key, value string) func(sdktrace.ReadOnlySpan) bool {
 	return func(o sdktrace.ReadOnlySpan) bool { return telemetrytest.Attr(o, key) == value }
@@ -275,7 +289,7 @@ func TestTracesFollowAnOutboxEventToItsDM(t *testing.T) {
 		case handle.SpanKind() != trace.SpanKindConsumer || telemetrytest.Attr(handle, "bot.event.outcome") != "handled":
 			t.Fatalf("handling span: kind %v, attributes %v", handle.SpanKind(), handle.Attributes())
 		}
-		send := rec.WaitFor(t, within, "bot.dm.send", all(inTrace(handle), childOf(handle)))
+		send := rec.WaitFor(t, within, "bot.dm.send", all(inTrace(handle), handledUnder(rec, handle)))
 		if telemetrytest.Attr(send, "telegram.chat_id") != "6001" || telemetrytest.Attr(send, "bot.dm.outcome") != "sent" {
 			t.Fatalf("DM attempt: attributes %v", send.Attributes())
 		}
@@ -315,7 +329,7 @@ func TestTracesFollowAnOutboxEventToItsDM(t *testing.T) {
 		rec.WaitFor(t, within, "store.tx", childOf(hook)) // the update stored before the 200
 		check := rec.WaitFor(t, within, "bot.account.check", childOf(upd))
 		rec.WaitFor(t, within, "GET /auth/check-account-by-telegram/{id}", childOf(check))
-		reply := rec.WaitFor(t, within, "bot.dm.send", childOf(upd))
+		reply := rec.WaitFor(t, within, "bot.dm.send", handledUnder(rec, upd))
 		rec.WaitFor(t, within, "telegram sendMessage", childOf(reply))
 	})
 
@@ -330,7 +344,7 @@ func TestTracesFollowAnOutboxEventToItsDM(t *testing.T) {
 		s.admin(http.MethodPost, fmt.Sprintf("/users/%d/register", dave.UID), fmt.Sprintf(`{"leaderUid":%d}`, carol.UID), http.StatusOK, nil)
 		emit := rec.WaitFor(t, within, "bot.outbox.emit", all(attr("bot.event_type", "new_partner"), attr("telegram.user_id", "6002")))
 		handle := rec.WaitFor(t, within, "bot.event.handle", attr("bot.event_id", telemetrytest.Attr(emit, "bot.event_id")))
-		first := rec.WaitFor(t, within, "bot.dm.send", all(childOf(handle), attr("bot.dm.outcome", "fallback")))
+		first := rec.WaitFor(t, within, "bot.dm.send", all(handledUnder(rec, handle), attr("bot.dm.outcome", "fallback")))
 		fellBack := false
 		for _, ev := range first.Events() {
 			fellBack = fellBack || ev.Name == "bot.dm.fallback"
@@ -338,7 +352,7 @@ func TestTracesFollowAnOutboxEventToItsDM(t *testing.T) {
 		if !fellBack {
 			t.Fatalf("the attempt that found the user unreachable has no bot.dm.fallback event: %v", first.Events())
 		}
-		notify := rec.WaitFor(t, within, "bot.dm.send", all(childOf(first), attr("bot.dm.phase", "fallback"), attr("bot.dm.outcome", "notified")))
+		notify := rec.WaitFor(t, within, "bot.dm.send", all(handledUnder(rec, first), attr("bot.dm.phase", "fallback"), attr("bot.dm.outcome", "notified")))
 		add := rec.WaitFor(t, within, "bot.notification.add", childOf(notify))
 		rec.WaitFor(t, within, "POST /bot/notification", childOf(add))
 	})
@@ -362,7 +376,7 @@ func TestTracesOfPolledUpdates(t *testing.T) {
 	if upd.Parent().IsValid() || upd.SpanKind() != trace.SpanKindConsumer || telemetrytest.Attr(upd, "telegram.update_id") == "" {
 		t.Fatalf("update span: parent %v, kind %v, attributes %v", upd.Parent().SpanID(), upd.SpanKind(), upd.Attributes())
 	}
-	reply := rec.WaitFor(t, within, "bot.dm.send", childOf(upd))
+	reply := rec.WaitFor(t, within, "bot.dm.send", handledUnder(rec, upd))
 	rec.WaitFor(t, within, "telegram sendMessage", childOf(reply))
 	telemetrytest.AssertClean(t, rec.Spans(), fakebot.Token(traceBotID), traceSecret, traceAdminToken)
 }
