@@ -97,15 +97,9 @@ func Number(term string) (n int64, ok bool) {
 	return n, err == nil && n > 0
 }
 
-// Term is a search term as typed, trimmed; a term longer than MaxTermLen is
-// no id of any kind.
-func Term(q string) string {
-	q = strings.TrimSpace(q)
-	if len(q) > MaxTermLen {
-		return ""
-	}
-	return q
-}
+// Term is a search term as typed, trimmed.
+func Term(q string) string { return strings.TrimSpace(q) }
 
-// MaxTermLen is the longest term searched (an idempotency key is shorter).
-const MaxTermLen = 200
+// Searchable reports whether term can name anything: not empty, and no
+// longer than the longest id (an idempotency key is shorter than 200).
+func Searchable(term string) bool { return term != "" && len(term) <= 200 }
