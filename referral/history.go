@@ -187,4 +187,3 @@ func (s *Service) linksHistory(ctx context.Context, found *history.Found, id str
 	found.Add(limit, n, items...)
 	return nil
 }
-
