@@ -88,9 +88,16 @@ func (o *Bot) History(ctx context.Context, term string, limit int) (history.Foun
 	return found, nil
 }
 
-// userKey is the outbox's grouping key of a user, as bot_processed_events
-// keeps it (backend's userKey).
-func userKey(kind string, n int64) string { return fmt.Sprintf("%s:%020d", kind, n) }
+// userKey is the key bot_processed_events keeps an event's user by
+// (contract.Event.UserKey): "tg:<id>" or "uid:<n>".
+func userKey(kind string, n int64) string {
+	if kind == "uid" {
+		uid := contract.UID(n)
+		return contract.UserKey(&uid, nil)
+	}
+	tg := contract.TelegramID(strconv.FormatInt(n, 10))
+	return contract.UserKey(nil, &tg)
+}
 
 func userLink(tg contract.TelegramID) string { return "/admin/bot/users/" + string(tg) }
 

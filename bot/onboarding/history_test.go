@@ -33,9 +33,9 @@ func TestHistory(t *testing.T) {
 				values (9, 1, '7001', 'message', '{"text":"/start Ann"}', 'done', ?, ?, ?), (9, 2, '7002', 'message', '{}', 'done', ?, ?, '')`,
 				[]any{now, now, tp, now, now}},
 			{`insert into bot_processed_events (outbox_event_id, event_type, user_key, outcome, emitted_at, processed_at)
-				values (5, 'wallet_connected', 'tg:00000000000000007001', 'handled', ?, ?),
-				(6, 'registered', 'uid:00000000000000000042', 'handled', ?, ?),
-				(7, 'registered', 'uid:00000000000000000043', 'handled', ?, ?)`, []any{now, now, now, now, now, now}},
+				values (5, 'wallet_connected', 'tg:7001', 'handled', ?, ?),
+				(6, 'registered', 'uid:42', 'handled', ?, ?),
+				(7, 'registered', 'uid:43', 'handled', ?, ?)`, []any{now, now, now, now, now, now}},
 			{`insert into bot_deliveries (dm_key, method, chat_id, text, outcome, attempts, delivered_at, traceparent)
 				values ('event:5:prompt', 'sendMessage', '7001', 'Hello Ann', 'sent', 0, ?, ?),
 				('event:6:dm:fallback', 'sendMessage', '7001', 'Hello Ann', 'notified', 2, ?, '')`, []any{now, tp, now}},
