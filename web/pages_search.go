@@ -46,8 +46,10 @@ type searchModel struct {
 // searchRow is one item found.
 type searchRow struct {
 	When, Flow, Kind, Summary, Link string
-	IDs                             []history.ID
-	TraceID                         string
+	// At is the item's time to the nanosecond, for the time element.
+	At      string
+	IDs     []history.ID
+	TraceID string
 	// TraceSpans counts the ring's spans of TraceID (0: not kept here).
 	TraceSpans int
 }
@@ -97,7 +99,7 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 		return n
 	}
 	for _, it := range items {
-		m.Rows = append(m.Rows, searchRow{When: when(it.At), Flow: string(it.Flow), Kind: it.Kind, Summary: it.Summary,
+		m.Rows = append(m.Rows, searchRow{When: when(it.At), At: it.At.UTC().Format(time.RFC3339Nano), Flow: string(it.Flow), Kind: it.Kind, Summary: it.Summary,
 			Link: it.Link, IDs: it.IDs, TraceID: it.TraceID, TraceSpans: kept(it.TraceID)})
 	}
 	if s.opts.Traces != nil && history.Searchable(m.Term) {
