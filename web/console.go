@@ -58,7 +58,7 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	post("/chat/threads/{id:[0-9]+}/close", s.chatClose)
 
 	get("/search", s.search)
-	get("/traces/{id:[0-9a-f]{32}}", s.tracePage)
+	get("/traces/{id}", s.tracePage)
 
 	get("/queues", s.queuesPage)
 	get("/queues/{queue}", s.queueDetail)

@@ -193,6 +193,10 @@ func durationText(d time.Duration) string {
 // tracePage shows one kept trace, or says the ring does not hold it.
 func (s *Server) tracePage(w http.ResponseWriter, r *http.Request) {
 	id := mux.Vars(r)["id"]
+	if !history.IsTraceID(id) {
+		s.problem(w, r, http.StatusNotFound, "search", "That is not a trace id: a trace id is 32 lower-case hex digits.")
+		return
+	}
 	p := s.newPage(w, r, "Trace "+id, "search")
 	var v *traceView
 	if s.opts.Traces != nil {

@@ -143,6 +143,9 @@ func TestSearchPage(t *testing.T) {
 		if got := trimmed(tid(doc, "trace-missing")); !strings.Contains(got, gone) || !strings.Contains(got, "collector") {
 			t.Fatalf("a trace not kept: %q", got)
 		}
+		for _, bad := range []string{strings.ToUpper(kept), kept[:31], "00000000000000000000000000000000"} {
+			c.get(t, "/admin/traces/"+bad, http.StatusNotFound)
+		}
 	})
 
 	t.Run("an empty, unknown or malformed term answers that nothing was found", func(t *testing.T) {
