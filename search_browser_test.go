@@ -138,6 +138,25 @@ func TestSearchFindsAJourneyInBrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, "search")
 
+	// The chat update's idempotency key, searched from the page's own form,
+	// finds the update and the receiver.flow message it was sent as.
+	key := inPage[string](t, ctx, `[...document.querySelectorAll('[data-testid="search-item"][data-flow="chat"][data-kind="inbound update"] .mono')][0]?.textContent ?? ""`)
+	if !strings.HasPrefix(key, "telegram:") {
+		t.Fatalf("the chat update shows the idempotency key %q", key)
+	}
+	browse(t, ctx, "search the idempotency key",
+		chromedp.SetValue(chromedp.CSS("#search-term"), key),
+		chromedp.Submit(chromedp.CSS("#search-term")),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="search-item"][data-flow="queues"]`)),
+	)
+	steps = inPage[[]string](t, ctx,
+		`[...document.querySelectorAll('[data-testid="search-item"]')].map(li => li.dataset.flow + ": " + li.dataset.kind)`)
+	for _, want := range []string{"chat: inbound update", "queues: message sent"} {
+		if !containsString(steps, want) {
+			t.Errorf("the key's search shows no %q; it shows %q", want, steps)
+		}
+	}
+
 	browse(t, ctx, "phone width", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile),
 		chromedp.Navigate(app.base+"/admin/search?q="+tg), chromedp.WaitVisible(css("search-results")))
 	if !inPage[bool](t, ctx, fitsWidth) {

@@ -22,6 +22,9 @@ const (
 	FlowBot      Flow = "bot outbox"
 	FlowReferral Flow = "referral"
 	FlowChat     Flow = "chat"
+	// FlowQueues are the queues under all three: a message by its id or
+	// its idempotency key, live or dead-lettered.
+	FlowQueues Flow = "queues"
 )
 
 // Item is one thing a package knows about a search term: an event, a row's

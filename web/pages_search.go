@@ -22,7 +22,8 @@ import (
 // operator's collector.
 
 // historySource is a domain object the search asks about its own tables
-// (*backend.Outbox, *onboarding.Bot, *referral.Service, *omni.Admin).
+// (*backend.Outbox, *onboarding.Bot, *referral.Service, *omni.Admin,
+// *queue.Admin).
 type historySource interface {
 	History(ctx context.Context, term string, limit int) (history.Found, error)
 }

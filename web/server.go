@@ -79,7 +79,8 @@ type Options struct {
 	Chat chatOps
 	// History are the domain objects the console's search asks what their
 	// own tables know about a term (*backend.Outbox, *onboarding.Bot,
-	// *referral.Service, *omni.Admin): each that this process wires.
+	// *referral.Service, *omni.Admin, *queue.Admin): each that this process
+	// wires.
 	History []historySource
 	// Sandbox is the built-in fake Telegram (*sandbox.Sandbox); the Sandbox
 	// page exists only when it is set. Its JSON API is mounted with Admin,
