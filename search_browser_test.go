@@ -77,7 +77,9 @@ func TestSearchFindsAJourneyInBrowser(t *testing.T) {
 			if th.Contact.ProviderUserID != tg {
 				continue
 			}
-			var msgs struct{ Messages []struct{ Direction, Origin, Status string } }
+			var msgs struct {
+				Messages []struct{ Direction, Origin, Status string }
+			}
 			status, raw := app.call(t, http.MethodGet, fmt.Sprint("/omni/threads/", th.ID, "/messages"), "")
 			if status != http.StatusOK || json.Unmarshal(raw, &msgs) != nil {
 				return false
