@@ -97,7 +97,10 @@ func Number(term string) (n int64, ok bool) {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(term, 10, 64)
-	return n, err == nil && n > 0
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return n, true
 }
 
 // Term is a search term as typed, trimmed.
