@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"switchyard/bot/contract"
@@ -31,6 +32,11 @@ const (
 		where user_key in (?, ?, ?, ?) or outbox_event_id = ? order by id desc limit ?`
 	historyDeliveriesTraceSQL = `select dm_key, method, chat_id, text, outcome, attempts, delivered_at, traceparent
 		from bot_deliveries where traceparent <> '' and traceparent >= ? and traceparent < ? limit ?`
+	// historyDeliveriesCauseSQL reads the deliveries an event caused: their
+	// keys "event:<id>:…" are one range of the primary key (bytewise on both
+	// backends: PostgreSQL's text columns collate "C").
+	historyDeliveriesCauseSQL = `select dm_key, method, chat_id, text, outcome, attempts, delivered_at, traceparent
+		from bot_deliveries where dm_key >= ? and dm_key < ? limit ?`
 )
 
 // History returns what the bot knows about term, at most limit rows per
@@ -83,6 +89,11 @@ func (o *Bot) History(ctx context.Context, term string, limit int) (history.Foun
 		}
 	}
 	if err := o.handledHistory(ctx, &found, keys, n, limit); err != nil {
+		return found, fmt.Errorf("bot history of %s: %w", term, err)
+	}
+	// The term as an event id: the DMs it caused (the user's own, found
+	// above, are left out).
+	if err := o.deliveryHistory(ctx, &found, historyDeliveriesCauseSQL, "event:"+term+":", "event:"+term+";", limit, tgs); err != nil {
 		return found, fmt.Errorf("bot history of %s: %w", term, err)
 	}
 	return found, nil
@@ -268,11 +279,18 @@ func (o *Bot) traceHistory(ctx context.Context, found *history.Found, id string,
 		return fmt.Errorf("bot history of trace %s: %w", id, err)
 	}
 	found.Add(limit, len(updates), updates...)
-	drows, err := o.db.Read.QueryContext(ctx, historyDeliveriesTraceSQL, from, to, limit)
+	return o.deliveryHistory(ctx, found, historyDeliveriesTraceSQL, from, to, limit, nil)
+}
+
+// deliveryHistory adds the deliveries query finds in [from, to), but those
+// to the chats skip.
+func (o *Bot) deliveryHistory(ctx context.Context, found *history.Found, query, from, to string, limit int, skip []contract.TelegramID) error {
+	drows, err := o.db.Read.QueryContext(ctx, query, from, to, limit)
 	if err != nil {
-		return fmt.Errorf("bot history of trace %s: %w", id, err)
+		return fmt.Errorf("deliveries: %w", err)
 	}
 	var items []history.Item
+	n := 0
 	for drows.Next() {
 		var (
 			d  DM
@@ -280,14 +298,18 @@ func (o *Bot) traceHistory(ctx context.Context, found *history.Found, id string,
 		)
 		if err := drows.Scan(&d.Key, &d.Method, &d.ChatID, &d.Text, &d.Status, &d.Attempts, &at, &d.Traceparent); err != nil {
 			_ = drows.Close()
-			return fmt.Errorf("bot history of trace %s: %w", id, err)
+			return fmt.Errorf("deliveries: %w", err)
+		}
+		n++
+		if slices.Contains(skip, d.ChatID) {
+			continue
 		}
 		d.Cause, d.At = cause(d.Key), at.Time
 		items = append(items, dmItem(d))
 	}
 	if err := closeRows(drows); err != nil {
-		return fmt.Errorf("bot history of trace %s: %w", id, err)
+		return fmt.Errorf("deliveries: %w", err)
 	}
-	found.Add(limit, len(items), items...)
+	found.Add(limit, n, items...)
 	return nil
 }

@@ -93,9 +93,13 @@ func TestHistory(t *testing.T) {
 		}
 	})
 
-	t.Run("an event id finds its handling", func(t *testing.T) {
+	t.Run("an event id finds its handling and the DMs it caused", func(t *testing.T) {
 		if got := kinds("7"); !slices.Equal(got, []string{"outbox event handled 7"}) {
 			t.Fatalf("items %q", got)
+		}
+		want := []string{"DM sent event:5:prompt traced " + traceID, "outbox event handled 5"}
+		if got := kinds("5"); !slices.Equal(got, want) {
+			t.Fatalf("items %q, want %q", got, want)
 		}
 	})
 
@@ -125,6 +129,7 @@ func TestHistory(t *testing.T) {
 			{historyUpdatesTraceSQL, []any{"00-a-", "00-a.", 10}},
 			{historyHandledSQL, []any{"a", "b", "c", "d", 1, 10}},
 			{historyDeliveriesTraceSQL, []any{"00-a-", "00-a.", 10}},
+			{historyDeliveriesCauseSQL, []any{"event:1:", "event:1;", 10}},
 		} {
 			if plan := storetest.SQLitePlan(t, e.db, q.sql, q.args...); strings.Contains(plan, "SCAN ") {
 				t.Errorf("%s: plan %s", q.sql, plan)
