@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"slices"
 	"strings"
@@ -78,6 +79,20 @@ func TestHistory(t *testing.T) {
 			if got := kinds(tt.key); !slices.Equal(got, tt.want) {
 				t.Errorf("%s: %q, want %q", tt.key, got, tt.want)
 			}
+		}
+	})
+
+	t.Run("a message carries the trace its row recorded", func(t *testing.T) {
+		const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+		if err := db.Tx(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `update goqite set traceparent = ? where id = ?`, "00-"+traceID+"-00f067aa0ba902b7-01", string(live))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := admin.History(ctx, string(live), 10)
+		if err != nil || len(f.Items) != 1 || f.Items[0].TraceID != traceID {
+			t.Fatalf("%+v, %v", f, err)
 		}
 	})
 
