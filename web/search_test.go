@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -157,6 +158,38 @@ func TestSearchPage(t *testing.T) {
 			if tid(doc, "search-nothing").Length() != 1 || tid(doc, "search-item").Length() != 0 {
 				t.Errorf("%q: %q", q, trimmed(doc.Find("main")))
 			}
+		}
+	})
+
+	t.Run("a long history is cut at the limit, the most recent kept, and says so", func(t *testing.T) {
+		var first, last contract.EventID
+		if err := db.Tx(ctx, func(tx *sql.Tx) error {
+			for i := range 201 {
+				id, err := ob.EmitTx(ctx, tx, backend.NewEvent{Type: contract.EventReactivation, Target: backend.Target{TelegramID: "7009"}})
+				if err != nil {
+					return err
+				}
+				if i == 0 {
+					first = id
+				}
+				last = id
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		doc := search(t, "7009")
+		if n := tid(doc, "search-item").Length(); n != 200 || tid(doc, "search-cut").Length() != 1 {
+			t.Fatalf("%d items shown, cut notice %q", n, trimmed(tid(doc, "search-cut")))
+		}
+		link := func(id contract.EventID) int {
+			return doc.Find(`[data-testid="search-results"] a[href="/admin/bot/events/` + strconv.FormatInt(int64(id), 10) + `"]`).Length()
+		}
+		if link(last) != 1 || link(first) != 0 {
+			t.Fatalf("the newest event shows %d times, the oldest %d times", link(last), link(first))
+		}
+		if doc := search(t, "7001"); tid(doc, "search-cut").Length() != 0 {
+			t.Fatal("a short history says it was cut")
 		}
 	})
 
