@@ -35,6 +35,8 @@ const searchLimit = 200
 // searchModel is the search page.
 type searchModel struct {
 	Term string
+	// Asked says a search was submitted (an empty one finds nothing).
+	Asked bool
 	Rows []searchRow
 	// Cut says that more was found than is shown.
 	Cut bool
@@ -64,7 +66,7 @@ type traceRef struct {
 func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 	p := s.newPage(w, r, "Search", "search")
 	p.Query = history.Term(r.URL.Query().Get("q"))
-	m := searchModel{Term: p.Query}
+	m := searchModel{Term: p.Query, Asked: r.URL.Query().Has("q")}
 	if m.Term == "" {
 		s.render(w, r, searchPage(p, m))
 		return

@@ -150,8 +150,11 @@ func TestSearchPage(t *testing.T) {
 	})
 
 	t.Run("an empty, unknown or malformed term answers that nothing was found", func(t *testing.T) {
-		if doc := search(t, ""); tid(doc, "search-empty").Length() != 1 || tid(doc, "search-item").Length() != 0 {
-			t.Fatal("an empty search")
+		if doc := c.get(t, "/admin/search", http.StatusOK); tid(doc, "search-empty").Length() != 1 || tid(doc, "search-item").Length() != 0 {
+			t.Fatal("the search page without a term does not invite one")
+		}
+		if doc := search(t, "  "); tid(doc, "search-nothing").Length() != 1 || tid(doc, "search-item").Length() != 0 {
+			t.Fatal("an empty search does not say nothing was found")
 		}
 		for _, q := range []string{"424242", "no such thing", strings.ToUpper(kept), kept[:31], strings.Repeat("9", 500)} {
 			doc := search(t, q)
