@@ -37,7 +37,7 @@ type searchModel struct {
 	Term string
 	// Asked says a search was submitted (an empty one finds nothing).
 	Asked bool
-	Rows []searchRow
+	Rows  []searchRow
 	// Cut says that more was found than is shown.
 	Cut bool
 	// Trace is the term's trace, when the term is a trace id.
