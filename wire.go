@@ -112,8 +112,11 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	wo.AlertCounters = sampler
 	// The funnel's counts are read from the database in any process.
 	wo.Funnel = onboarding.NewStats(w.db)
+	// The search asks each subsystem's owner what its tables know.
+	wo.History = append(wo.History, be.Outbox(), ref, chat, queues)
 	if ob != nil {
 		wo.Onboarding = ob
+		wo.History = append(wo.History, ob)
 	}
 	if sb != nil {
 		sbx := tgsandbox.New(tgsandbox.Opts{Server: sb.server, OnboardingToken: sb.onboardingToken, ChatToken: sb.omniToken})

@@ -57,6 +57,9 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	post("/chat/threads/{id:[0-9]+}/read", s.chatRead)
 	post("/chat/threads/{id:[0-9]+}/close", s.chatClose)
 
+	get("/search", s.search)
+	get("/traces/{id}", s.tracePage)
+
 	get("/queues", s.queuesPage)
 	get("/queues/{queue}", s.queueDetail)
 	post("/queues/{queue}/dead/redrive", s.queueRedrive)

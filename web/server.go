@@ -77,6 +77,11 @@ type Options struct {
 	Referral referralOps
 	// Chat is the chat platform's operator side (*omni.Admin).
 	Chat chatOps
+	// History are the domain objects the console's search asks what their
+	// own tables know about a term (*backend.Outbox, *onboarding.Bot,
+	// *referral.Service, *omni.Admin, *queue.Admin): each that this process
+	// wires.
+	History []historySource
 	// Sandbox is the built-in fake Telegram (*sandbox.Sandbox); the Sandbox
 	// page exists only when it is set. Its JSON API is mounted with Admin,
 	// like every subsystem's routes.
