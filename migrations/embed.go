@@ -17,6 +17,7 @@
 //	00012 bot: indexes of the outbox's operator filters
 //	00013 indexes of the retention runner's prunes
 //	00015 bot: the trace context of outbox rows, updates and deliveries
+//	00016 queue: the trace context of messages, dead letters and records
 //	00017 indexes of the console's search
 //
 // The postgres/ folder holds the same versions, file for file, for
