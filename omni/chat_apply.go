@@ -10,6 +10,7 @@ import (
 
 	"switchyard/queue"
 	"switchyard/store"
+	"switchyard/telemetry"
 )
 
 // The chat role's transaction: applying one inbound envelope to the chat
@@ -125,8 +126,9 @@ func threadLockQuery(db *store.DB) string {
 const (
 	ledgerSeenQuery   = `select 1 from omni_inbound_events where idempotency_key = ?`
 	ledgerInsertQuery = `
-		insert into omni_inbound_events (idempotency_key, event_type, thread_id, outcome, reason, occurred_at, received_at, applied_at)
-		values (?, ?, ?, ?, ?, ?, ?, ?)`
+		insert into omni_inbound_events (idempotency_key, event_type, thread_id, outcome, reason, occurred_at, received_at, applied_at,
+			traceparent)
+		values (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
 // applyTx applies env in tx and records it in the ledger. A second apply of
@@ -213,7 +215,8 @@ func (d *chatDomain) applyNewTx(ctx context.Context, tx *sql.Tx, env *Envelope, 
 		reason = string(res.Reason)
 	}
 	if _, err := d.q(tx).ExecContext(ctx, ledgerInsertQuery, env.IdempotencyKey, string(env.EventType), thread,
-		string(res.Outcome), reason, store.TS(env.OccurredAt), store.TS(env.ReceivedAt), store.TS(d.now())); err != nil {
+		string(res.Outcome), reason, store.TS(env.OccurredAt), store.TS(env.ReceivedAt), store.TS(d.now()),
+		telemetry.Traceparent(ctx)); err != nil {
 		return applied{}, fmt.Errorf("write ledger: %w", err)
 	}
 	return res, nil
@@ -313,8 +316,8 @@ const (
 	// insertMessageSQL takes the thread's next seq as max(seq) + 1.
 	insertMessageSQL = `
 		insert into omni_messages (thread_id, seq, direction, origin, kind, text, status, provider_message_id,
-			provider_event_id, provider_date, edited_at, sent_at, created_at, updated_at)
-		values (?, (select coalesce(max(seq), 0) + 1 from omni_messages where thread_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			provider_event_id, provider_date, edited_at, sent_at, created_at, updated_at, traceparent)
+		values (?, (select coalesce(max(seq), 0) + 1 from omni_messages where thread_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		returning id`
 	touchThreadQuery = `
 		update omni_threads set
@@ -572,7 +575,7 @@ func (d *chatDomain) insertMessageTx(ctx context.Context, tx *sql.Tx, thread Thr
 	}
 	var id MessageID
 	err := d.q(tx).QueryRowContext(ctx, insertMessageSQL, int64(thread), int64(thread), string(dir), string(origin), string(kind), text,
-		string(status), pid, eid, providerDate, editedAt, sentAt, store.TS(now), store.TS(now)).Scan(&id)
+		string(status), pid, eid, providerDate, editedAt, sentAt, store.TS(now), store.TS(now), telemetry.Traceparent(ctx)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("insert message: %w", err)
 	}

@@ -22,9 +22,11 @@ import (
 const (
 	historyThreadsSQL = `select t.id from omni_contacts c join omni_threads t on t.contact_id = c.id
 		where c.provider_user_id = ? order by t.id desc limit ?`
-	historyMessagesSQL = `select ` + messageColumns + ` from omni_messages
+	historyMessagesSQL = `select ` + messageColumns + `, traceparent from omni_messages
 		where thread_id = ? order by seq desc limit ?`
-	historyInboundColumns = `idempotency_key, event_type, coalesce(thread_id, 0), outcome, coalesce(reason, ''), received_at`
+	historyMessageSQL     = `select ` + messageColumns + `, traceparent from omni_messages where id = ?`
+	historyInboundColumns = `idempotency_key, event_type, coalesce(thread_id, 0), outcome, coalesce(reason, ''), received_at,
+		traceparent`
 	historyInboundSQL     = `select ` + historyInboundColumns + ` from omni_inbound_events
 		where thread_id = ? order by applied_at desc limit ?`
 	historyInboundKeySQL = `select ` + historyInboundColumns + ` from omni_inbound_events where idempotency_key = ?`
@@ -50,12 +52,13 @@ func (a *Admin) History(ctx context.Context, term string, limit int) (history.Fo
 	if !ok {
 		return found, nil
 	}
-	m, err := a.Message(ctx, MessageID(n))
+	var traceparent string
+	m, err := scanMessage(tracedRow{a.db.Read.QueryRowContext(ctx, historyMessageSQL, n), &traceparent})
 	switch {
 	case err == nil:
-		items := messageItems(m)
+		items := messageItems(m, traceparent)
 		found.Add(limit, len(items), items...)
-	case !errors.Is(err, ErrMessageNotFound):
+	case !errors.Is(err, sql.ErrNoRows):
 		return found, fmt.Errorf("chat history of %s: %w", term, err)
 	}
 	threads, err := a.historyThreads(ctx, term, limit)
@@ -109,12 +112,13 @@ func (a *Admin) threadHistory(ctx context.Context, found *history.Found, th Thre
 	n := 0
 	items = items[:0]
 	for mrows.Next() {
-		m, err := scanMessage(mrows)
+		var traceparent string
+		m, err := scanMessage(tracedRow{mrows, &traceparent})
 		if err != nil {
 			return fmt.Errorf("messages: %w", err)
 		}
 		n++
-		items = append(items, messageItems(m)...)
+		items = append(items, messageItems(m, traceparent)...)
 	}
 	if err := mrows.Err(); err != nil {
 		return fmt.Errorf("messages: %w", err)
@@ -123,6 +127,14 @@ func (a *Admin) threadHistory(ctx context.Context, found *history.Found, th Thre
 	return nil
 }
 
+// tracedRow scans a row of messageColumns followed by the row's traceparent.
+type tracedRow struct {
+	row         scanner
+	traceparent *string
+}
+
+func (r tracedRow) Scan(dest ...any) error { return r.row.Scan(append(dest, r.traceparent)...) }
+
 func threadLink(th ThreadID) string { return "/admin/chat/threads/" + strconv.FormatInt(int64(th), 10) }
 
 func scanInboundItems(rows *sql.Rows) ([]history.Item, error) {
@@ -130,11 +142,11 @@ func scanInboundItems(rows *sql.Rows) ([]history.Item, error) {
 	var items []history.Item
 	for rows.Next() {
 		var (
-			key, typ, outcome, reason string
-			th                        int64
-			received                  store.Timestamp
+			key, typ, outcome, reason, traceparent string
+			th                                     int64
+			received                               store.Timestamp
 		)
-		if err := rows.Scan(&key, &typ, &th, &outcome, &reason, &received); err != nil {
+		if err := rows.Scan(&key, &typ, &th, &outcome, &reason, &received, &traceparent); err != nil {
 			return nil, err
 		}
 		summary := typ + ", " + outcome
@@ -148,14 +160,16 @@ func scanInboundItems(rows *sql.Rows) ([]history.Item, error) {
 			link = threadLink(ThreadID(th))
 		}
 		items = append(items, history.Item{At: received.Time, Flow: history.FlowChat, Kind: "inbound update",
-			Summary: summary, IDs: ids, Link: link})
+			Summary: summary, IDs: ids, Link: link, TraceID: history.TraceID(traceparent)})
 	}
 	return items, rows.Err()
 }
 
 // messageItems are a message's steps: the message, and for an outbound
-// one where its delivery stands.
-func messageItems(m OmniMessage) []history.Item {
+// one where its delivery stands; both in the trace of the span that wrote
+// the message, which its deliveries join.
+func messageItems(m OmniMessage, traceparent string) []history.Item {
+	trace := history.TraceID(traceparent)
 	ids := []history.ID{{Name: "message", Value: strconv.FormatInt(int64(m.ID), 10)},
 		{Name: "thread", Value: strconv.FormatInt(int64(m.ThreadID), 10)}}
 	if m.ProviderMessageID != nil {
@@ -163,11 +177,12 @@ func messageItems(m OmniMessage) []history.Item {
 	}
 	link := threadLink(m.ThreadID)
 	items := []history.Item{{At: m.CreatedAt, Flow: history.FlowChat, Kind: "thread message",
-		Summary: fmt.Sprintf("%s %s message #%d from the %s", m.Direction, m.Kind, m.Seq, m.Origin), IDs: ids, Link: link}}
+		Summary: fmt.Sprintf("%s %s message #%d from the %s", m.Direction, m.Kind, m.Seq, m.Origin), IDs: ids, Link: link,
+		TraceID: trace}}
 	if m.Direction != DirectionOutbound {
 		return items
 	}
-	d := history.Item{At: m.CreatedAt, Flow: history.FlowChat, Kind: "delivery attempt", IDs: ids, Link: link}
+	d := history.Item{At: m.CreatedAt, Flow: history.FlowChat, Kind: "delivery attempt", IDs: ids, Link: link, TraceID: trace}
 	reason := ""
 	if m.FailureReason != "" {
 		reason = ": " + mask.Phones(m.FailureReason)

@@ -26,6 +26,7 @@ import (
 	"switchyard/telegram/fakebot"
 	"switchyard/telemetry"
 	"switchyard/telemetry/telemetrytest"
+	"switchyard/testwait"
 )
 
 const (
@@ -186,6 +187,25 @@ func TestTracesFollowAnUpdateToItsReply(t *testing.T) {
 			t.Errorf("deliver span: attributes %v", deliver.Attributes())
 		}
 		tr.oneTree(hook, hookTree)
+
+		// The rows keep the trace: the console's search gives the update,
+		// the customer's message, the acknowledgement and its delivery this
+		// trace's id.
+		want := hook.SpanContext().TraceID().String()
+		kinds := map[string]int{}
+		testwait.Until(t, traceWithin, "the acknowledgement's delivery in the search", func() bool {
+			found, err := p.admin.History(t.Context(), strconv.Itoa(traceCustomer), 50)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clear(kinds)
+			for _, it := range found.Items {
+				if it.TraceID == want {
+					kinds[it.Kind]++
+				}
+			}
+			return kinds["inbound update"] == 1 && kinds["thread message"] == 2 && kinds["delivery attempt"] == 1
+		}, func() string { return fmt.Sprintf("items in the trace by kind: %v", kinds) })
 	})
 
 	t.Run("an operator's reply is one trace from the admin request to the Bot API call", func(t *testing.T) {
