@@ -27,7 +27,7 @@ const (
 	historyMessageSQL     = `select ` + messageColumns + `, traceparent from omni_messages where id = ?`
 	historyInboundColumns = `idempotency_key, event_type, coalesce(thread_id, 0), outcome, coalesce(reason, ''), received_at,
 		traceparent`
-	historyInboundSQL     = `select ` + historyInboundColumns + ` from omni_inbound_events
+	historyInboundSQL = `select ` + historyInboundColumns + ` from omni_inbound_events
 		where thread_id = ? order by applied_at desc limit ?`
 	historyInboundKeySQL = `select ` + historyInboundColumns + ` from omni_inbound_events where idempotency_key = ?`
 )
