@@ -197,7 +197,10 @@ type chunkResult struct {
 // — are a storage span, "topic.settle <topic>", under it. The receive span
 // ends with the outcome (done, retry, dead, stale, abandoned), marked failed
 // when the handler failed. The Record a handler gets keeps the publisher's
-// Traceparent. With no tracer installed none of this allocates.
+// Traceparent. A subscription with Process starts no span (its Process
+// runs before the transaction that records the outcome); its Record carries
+// the Traceparent all the same. With no tracer installed none of this
+// allocates.
 func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscription, error) {
 	if (opts.Handler == nil) == (opts.Process == nil) {
 		panic("queue: Subscribe needs exactly one of Handler and Process")
