@@ -20,8 +20,10 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/gorilla/mux"
+	"go.opentelemetry.io/otel/trace"
 
 	"switchyard/httpjson"
+	"switchyard/telemetry"
 )
 
 // AdminRoutes mounts the operator API on r, the /admin/api subrouter:
@@ -116,6 +118,9 @@ type deadJSON struct {
 	CreatedAt     time.Time `json:"createdAt"`
 	FirstFailedAt time.Time `json:"firstFailedAt"`
 	DeadAt        time.Time `json:"deadAt"`
+	// Traceparent is the trace context the message or record carried,
+	// which a redrive carries on.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // payloadJSON shows a body as JSON when it is JSON, as text when it is
@@ -182,7 +187,7 @@ func deadView(dead []DeadLetter) []deadJSON {
 		out = append(out, deadJSON{
 			ID: d.ID, State: "dead", Queue: d.Queue, Group: d.Group, Partition: d.Partition, Offset: d.Offset, Key: d.Key,
 			OrderKey: d.OrderKey, payloadJSON: payloadOf(d.Body), Attempts: d.Attempts, LastError: d.LastError,
-			CreatedAt: d.CreatedAt, FirstFailedAt: d.FirstFailedAt, DeadAt: d.DeadAt,
+			CreatedAt: d.CreatedAt, FirstFailedAt: d.FirstFailedAt, DeadAt: d.DeadAt, Traceparent: d.Traceparent,
 		})
 	}
 	return out
@@ -434,7 +439,11 @@ const NDJSONType = "application/x-ndjson"
 // each bad one by its index (and line) with nothing published. A record's
 // key is ?key= when given, else its string "aggregateId"; the records of a
 // key keep the body's order.
+//
+// Every record carries the request's trace context (publishContext): the
+// server span's, which continues a caller's traceparent header.
 func (a *Admin) handlePublish(w http.ResponseWriter, r *http.Request) error {
+	r = r.WithContext(publishContext(r))
 	topic := mux.Vars(r)["topic"]
 	ti, err := loadTopic(r.Context(), a.db, topic)
 	if err != nil {
@@ -484,6 +493,18 @@ func (a *Admin) handlePublish(w http.ResponseWriter, r *http.Request) error {
 	}
 	httpjson.Write(w, http.StatusAccepted, map[string]any{"records": pos})
 	return nil
+}
+
+// publishContext is the context a publish's records take their traceparent
+// from: the request's, which carries the server span when the routes are
+// mounted under the web server's middleware (itself a child of the caller's
+// traceparent header); routes mounted bare take the caller's header as it
+// is, so that a record never loses the trace it was sent in.
+func publishContext(r *http.Request) context.Context {
+	if trace.SpanContextFromContext(r.Context()).IsValid() {
+		return r.Context()
+	}
+	return telemetry.FromRequest(r)
 }
 
 // publishOne is the single-record publish: body is one JSON object.
@@ -701,6 +722,8 @@ type recordJSON struct {
 	Key         string          `json:"key"`
 	PublishedAt time.Time       `json:"publishedAt"`
 	Value       json.RawMessage `json:"value"`
+	// Traceparent is the publisher's trace context, when one was recorded.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 func (a *Admin) handleRead(w http.ResponseWriter, r *http.Request) error {
@@ -734,7 +757,7 @@ func (a *Admin) handleRead(w http.ResponseWriter, r *http.Request) error {
 	out := make([]recordJSON, 0, len(recs))
 	for _, rec := range recs {
 		out = append(out, recordJSON{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, PublishedAt: rec.PublishedAt,
-			Value: payloadOf(rec.Value).Payload})
+			Value: payloadOf(rec.Value).Payload, Traceparent: rec.Traceparent})
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"messages": out})
 	return nil

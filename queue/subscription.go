@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -12,7 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"switchyard/store"
+	"switchyard/telemetry"
 )
 
 // RecordHandlerFunc handles one record of a topic inside tx, the transaction
@@ -91,6 +96,8 @@ type Subscription struct {
 	// member is the name of the subscriber's member lease in the group.
 	member string
 	log    *slog.Logger
+	// spans names the subscription's spans (see Subscribe's doc comment).
+	spans subscriptionSpans
 
 	hctx    context.Context
 	hcancel context.CancelFunc
@@ -173,6 +180,27 @@ type chunkResult struct {
 // except that the records of a key with a record waiting for a retry are
 // held back while other keys pass.
 // ctx carries values to the handler; cancelling it is a hard stop.
+//
+// Traces (package telemetry), for a subscription with Handler: each
+// transaction of a partition's records is a span, "topic.chunk <topic>",
+// the root of a trace of its own, whose child is the transaction's store.tx.
+// Each record handed to the handler is a consumer span, "topic.receive
+// <topic>", the root of a new trace, linked to the publisher's span (the
+// record's Traceparent) and to the chunk's span: a record is read by every
+// group, replayed and retried, perhaps days after it was published, so its
+// receipt follows from the publish without growing the publisher's trace.
+// Every attempt is a receive span of its own. The handler's context carries
+// the receive span, so the handler's processing span is its child (and what
+// the handler publishes or sends carries it on unless it starts a trace of
+// its own); the queue's writes of the record's outcome — the offset mark,
+// the retry row or the dead letter, and the savepoint's release or rollback
+// — are a storage span, "topic.settle <topic>", under it. The receive span
+// ends with the outcome (done, retry, dead, stale, abandoned), marked failed
+// when the handler failed. The Record a handler gets keeps the publisher's
+// Traceparent. A subscription with Process starts no span (its Process
+// runs before the transaction that records the outcome); its Record carries
+// the Traceparent all the same. With no tracer installed none of this
+// allocates.
 func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscription, error) {
 	if (opts.Handler == nil) == (opts.Process == nil) {
 		panic("queue: Subscribe needs exactly one of Handler and Process")
@@ -217,6 +245,7 @@ func (t *Topic) Subscribe(ctx context.Context, opts SubscribeOpts) (*Subscriptio
 		abandon:  make(chan struct{}),
 		done:     make(chan struct{}),
 		results:  make(chan chunkResult, opts.Concurrency),
+		spans:    newSubscriptionSpans(t.name, opts.Group),
 	}
 	for p := range t.partitions {
 		s.parts = append(s.parts, &partState{id: p})
@@ -378,7 +407,8 @@ const (
 	committedQuery = `select committed from queue_group_offsets where topic = ? and grp = ? and partition_id = ?`
 	maxDoneQuery   = `select coalesce(max(log_offset), -1) from queue_group_done where topic = ? and grp = ? and partition_id = ?`
 	retriesQuery   = `
-		select r.partition_id, r.log_offset, r.key, coalesce(r.value, l.value), r.published_at, r.attempts, r.not_before
+		select r.partition_id, r.log_offset, r.key, coalesce(r.value, l.value), r.published_at, r.attempts, r.not_before,
+			coalesce(nullif(r.traceparent, ''), l.traceparent, '')
 		from queue_group_retries r
 		left join queue_topic_log l on l.topic = r.topic and l.partition_id = r.partition_id and l.log_offset = r.log_offset
 		where r.topic = ? and r.grp = ? and r.partition_id = ?`
@@ -430,7 +460,7 @@ func (s *Subscription) readRetries(ctx context.Context, p *partState) error {
 			published store.Timestamp
 			notBefore store.Timestamp
 		)
-		if err := rows.Scan(&e.rec.Partition, &e.rec.Offset, &e.rec.Key, &value, &published, &e.attempts, &notBefore); err != nil {
+		if err := rows.Scan(&e.rec.Partition, &e.rec.Offset, &e.rec.Key, &value, &published, &e.attempts, &notBefore, &e.rec.Traceparent); err != nil {
 			return err
 		}
 		if _, known := p.byOffset[e.rec.Offset]; known {
@@ -474,7 +504,7 @@ func (s *Subscription) add(p *partState, e *entry) {
 }
 
 const fetchQuery = `
-	select log_offset, key, value, published_at from queue_topic_log
+	select log_offset, key, value, published_at, traceparent from queue_topic_log
 	where topic = ? and partition_id = ? and log_offset >= ?
 	order by log_offset limit ?`
 
@@ -504,7 +534,7 @@ func (s *Subscription) fetch(ctx context.Context, p *partState, n int) error {
 	for rows.Next() {
 		e := &entry{rec: Record{Topic: s.t.name, Partition: p.id}}
 		var at store.Timestamp
-		if err := rows.Scan(&e.rec.Offset, &e.rec.Key, &e.rec.Value, &at); err != nil {
+		if err := rows.Scan(&e.rec.Offset, &e.rec.Key, &e.rec.Value, &at, &e.rec.Traceparent); err != nil {
 			rows.Close()
 			return err
 		}
@@ -615,12 +645,13 @@ func (s *Subscription) runChunk(p *partState, items []*entry) {
 		return
 	}
 	r := chunkResult{part: p, items: items, outs: make([]recOutcome, len(items)), committed: -1}
-	ctx := context.WithoutCancel(s.hctx)
+	ctx, span := s.chunkSpan(context.WithoutCancel(s.hctx), p.id, len(items))
 	r.err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
 		r.committed, err = s.applyChunk(ctx, tx, p.id, items, r.outs)
 		return err
 	})
+	telemetry.End(span, r.err)
 	s.results <- r
 }
 
@@ -649,71 +680,19 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 		if halt || failed[rec.Key] {
 			continue
 		}
-		if _, err := w.exec(savepointQuery); err != nil {
+		rctx, span := s.receiveSpan(ctx, rec)
+		stop, herr, err := s.applyRecord(ctx, rctx, w, tx, e, rec, out, now)
+		endReceive(span, out, herr, err)
+		if err != nil {
 			return 0, err
 		}
-		start := time.Now()
-		scope := hubFor(s.db).openScope(tx)
-		herr := s.call(tx, e, rec)
-		out.dur = time.Since(start)
-		if herr == nil {
-			herr = s.markFinished(w, e)
-			if herr == nil {
-				if _, err := w.exec(releaseSavepointQuery); err != nil {
-					hubFor(s.db).closeScope(tx, scope)
-					return 0, err
-				}
-				// The handler's publishes now wait for the transaction's
-				// pre-commit, and what its sends and publishes do after the
-				// commit for the commit.
-				if err := hubFor(s.db).keepScope(ctx, s.db, tx, scope); err != nil {
-					return 0, err
-				}
-				out.kind = outcomeDone
-				continue
-			}
-		}
-		// The record's writes are rolled back, and with them what its sends
-		// and publishes would have done after the commit.
-		hubFor(s.db).closeScope(tx, scope)
-		if _, err := w.exec(rollbackSavepointQuery); err != nil {
-			return 0, fmt.Errorf("roll back record %d:%d: %w (after %v)", rec.Partition, rec.Offset, err, herr)
-		}
-		if _, err := w.exec(releaseSavepointQuery); err != nil {
-			return 0, err
-		}
-		switch {
-		case errors.Is(herr, errStale):
-			out.kind, halt = outcomeStale, true
-			continue
-		case s.hctx.Err() != nil, store.IsCorrupt(herr):
-			// Stopping, or the database file is damaged: nothing is recorded
-			// and no attempt is counted.
-			out.kind, halt = outcomeAbandoned, true
-			continue
-		}
-		out.err = errorText(herr)
-		d := s.retry.decide(rec.Attempt, herr)
-		var err error
-		if d.dead {
-			out.kind = outcomeDead
-			err = s.deadLetter(w, e, rec.Attempt, out.err, now)
-		} else {
-			out.kind = outcomeRetry
-			out.notBefore = now.Add(d.delay)
-			err = s.scheduleRetry(w, e, rec.Attempt, out.err, out.notBefore, now)
+		if out.kind == outcomeRetry {
 			if failed == nil {
 				failed = map[string]bool{}
 			}
 			failed[rec.Key] = true
 		}
-		if errors.Is(err, errStale) {
-			out.kind, halt = outcomeStale, true
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
+		halt = stop
 	}
 	committed, err := s.compact(w, partition)
 	if err != nil {
@@ -731,7 +710,78 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 	return committed, nil
 }
 
-func (s *Subscription) call(tx *sql.Tx, e *entry, r Record) (err error) {
+// applyRecord runs one record's handler in its own savepoint of tx and
+// records its outcome in out: the offset commit on success, the retry state
+// or the dead letter on failure. ctx is the chunk's; the handler gets rctx,
+// which carries the record's receive span (receiveSpan), and the outcome's
+// writes are its settle span (settleSpan). halt reports that the chunk must
+// stop here (the record is stale, or the subscription stopping); herr is the
+// handler's failure (or the offset mark's), whose writes were rolled back;
+// err means the transaction can not go on.
+func (s *Subscription) applyRecord(ctx, rctx context.Context, w writer, tx *sql.Tx, e *entry, rec Record, out *recOutcome, now time.Time) (halt bool, herr, err error) {
+	if _, err := w.exec(savepointQuery); err != nil {
+		return false, nil, err
+	}
+	start := time.Now()
+	scope := hubFor(s.db).openScope(tx)
+	herr = s.call(rctx, tx, e, rec)
+	out.dur = time.Since(start)
+	settle := s.settleSpan(rctx)
+	defer func() { telemetry.End(settle, err) }()
+	if herr == nil {
+		herr = s.markFinished(w, e)
+		if herr == nil {
+			if _, err := w.exec(releaseSavepointQuery); err != nil {
+				hubFor(s.db).closeScope(tx, scope)
+				return false, herr, err
+			}
+			// The handler's publishes now wait for the transaction's
+			// pre-commit, and what its sends and publishes do after the
+			// commit for the commit.
+			if err := hubFor(s.db).keepScope(ctx, s.db, tx, scope); err != nil {
+				return false, herr, err
+			}
+			out.kind = outcomeDone
+			return false, nil, nil
+		}
+	}
+	// The record's writes are rolled back, and with them what its sends
+	// and publishes would have done after the commit.
+	hubFor(s.db).closeScope(tx, scope)
+	if _, err := w.exec(rollbackSavepointQuery); err != nil {
+		return false, herr, fmt.Errorf("roll back record %d:%d: %w (after %v)", rec.Partition, rec.Offset, err, herr)
+	}
+	if _, err := w.exec(releaseSavepointQuery); err != nil {
+		return false, herr, err
+	}
+	switch {
+	case errors.Is(herr, errStale):
+		out.kind = outcomeStale
+		return true, herr, nil
+	case s.hctx.Err() != nil, store.IsCorrupt(herr):
+		// Stopping, or the database file is damaged: nothing is recorded
+		// and no attempt is counted.
+		out.kind = outcomeAbandoned
+		return true, herr, nil
+	}
+	out.err = errorText(herr)
+	d := s.retry.decide(rec.Attempt, herr)
+	if d.dead {
+		out.kind = outcomeDead
+		err = s.deadLetter(w, e, rec.Attempt, out.err, now)
+	} else {
+		out.kind = outcomeRetry
+		out.notBefore = now.Add(d.delay)
+		err = s.scheduleRetry(w, e, rec.Attempt, out.err, out.notBefore, now)
+	}
+	if errors.Is(err, errStale) {
+		out.kind = outcomeStale
+		return true, herr, nil
+	}
+	return false, herr, err
+}
+
+func (s *Subscription) call(ctx context.Context, tx *sql.Tx, e *entry, r Record) (err error) {
 	if s.opts.Process != nil {
 		return e.processed // Process ran before this transaction (async.go)
 	}
@@ -740,7 +790,7 @@ func (s *Subscription) call(tx *sql.Tx, e *entry, r Record) (err error) {
 			err = fmt.Errorf("handler panicked: %v", p)
 		}
 	}()
-	return s.opts.Handler(s.hctx, tx, r)
+	return s.opts.Handler(ctx, tx, r)
 }
 
 const (
@@ -784,8 +834,8 @@ func (s *Subscription) markFinished(w writer, e *entry) error {
 
 const (
 	insertRecordRetryQuery = `
-		insert into queue_group_retries (topic, grp, partition_id, log_offset, key, value, published_at, attempts, not_before, last_error, first_failed_at)
-		select ?, ?, ?, ?, ?, null, ?, ?, ?, ?, ?
+		insert into queue_group_retries (topic, grp, partition_id, log_offset, key, value, published_at, attempts, not_before, last_error, first_failed_at, traceparent)
+		select ?, ?, ?, ?, ?, null, ?, ?, ?, ?, ?, ?
 		where ? >= (select committed from queue_group_offsets where topic = ? and grp = ? and partition_id = ?)
 		and not exists (select 1 from queue_group_done where topic = ? and grp = ? and partition_id = ? and log_offset = ?)
 		on conflict do nothing`
@@ -807,7 +857,7 @@ func (s *Subscription) scheduleRetry(w writer, e *entry, attempt int, text strin
 		n, err = affected(w.exec(updateRecordRetryQuery, attempt, store.TS(notBefore), text, store.TS(now), topic, group, p, off, e.attempts))
 	} else {
 		n, err = affected(w.exec(insertRecordRetryQuery, topic, group, p, off, e.rec.Key, store.TS(e.rec.PublishedAt),
-			attempt, store.TS(notBefore), text, store.TS(now), off, topic, group, p, topic, group, p, off))
+			attempt, store.TS(notBefore), text, store.TS(now), e.rec.Traceparent, off, topic, group, p, topic, group, p, off))
 	}
 	if err != nil || n == 0 {
 		return staleUnless(err)
@@ -983,4 +1033,114 @@ func staleUnless(err error) error {
 
 func recordID(partition int, offset int64) string {
 	return strconv.Itoa(partition) + ":" + strconv.FormatInt(offset, 10)
+}
+
+// subscriptionSpans are the names and fixed attributes of a subscription's
+// spans, made once at Subscribe rather than for every record.
+type subscriptionSpans struct {
+	chunk, receive, settle string
+	attrs                  []attribute.KeyValue // the system, the topic and the group
+}
+
+func newSubscriptionSpans(topic, group string) subscriptionSpans {
+	return subscriptionSpans{
+		chunk:   "topic.chunk " + topic,
+		receive: "topic.receive " + topic,
+		settle:  "topic.settle " + topic,
+		attrs: []attribute.KeyValue{
+			attribute.String("messaging.system", "switchyard"),
+			attribute.String("messaging.destination.name", topic),
+			attribute.String("messaging.consumer.group.name", group),
+		},
+	}
+}
+
+// chunkSpan starts the span of one transaction of a partition's records:
+// the root of a trace that holds the transaction (store.tx), to which each
+// record's receive span links. With tracing off it returns ctx and a span
+// that does nothing, allocating nothing.
+func (s *Subscription) chunkSpan(ctx context.Context, partition, n int) (context.Context, trace.Span) {
+	if !telemetry.Enabled() {
+		return telemetry.Start(ctx, s.spans.chunk) // ctx as it is, and a span that does nothing
+	}
+	attrs := append(s.spans.attrs[:len(s.spans.attrs):len(s.spans.attrs)],
+		attribute.String("messaging.destination.partition.id", strconv.Itoa(partition)),
+		attribute.Int("messaging.batch.message_count", n))
+	return telemetry.Start(ctx, s.spans.chunk, trace.WithNewRoot(), trace.WithAttributes(attrs...))
+}
+
+// receiveSpan starts the consumer span of one delivery of rec, the root of
+// a new trace linked to the span that published rec (its Traceparent) and
+// to the chunk's span (ctx's). It returns the handler's context, s.hctx
+// carrying the span. With tracing off it returns s.hctx as it is and a span
+// that does nothing, allocating nothing.
+func (s *Subscription) receiveSpan(ctx context.Context, rec Record) (context.Context, trace.Span) {
+	if !telemetry.Enabled() || s.opts.Process != nil {
+		// Process ran before this transaction (async.go): a span now would
+		// time the outcome's commit, not the record's processing.
+		return telemetry.Start(s.hctx, s.spans.receive) // s.hctx as it is, and a span that does nothing
+	}
+	links := make([]trace.Link, 0, 2)
+	if sc, ok := telemetry.Parse(rec.Traceparent); ok {
+		links = append(links, trace.Link{SpanContext: sc})
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		links = append(links, trace.Link{SpanContext: sc})
+	}
+	attrs := append(s.spans.attrs[:len(s.spans.attrs):len(s.spans.attrs)],
+		attribute.String("messaging.destination.partition.id", strconv.Itoa(rec.Partition)),
+		attribute.Int64("queue.offset", rec.Offset),
+		attribute.Int("queue.attempt", rec.Attempt))
+	return telemetry.Start(s.hctx, s.spans.receive, trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithLinks(links...), trace.WithAttributes(attrs...))
+}
+
+// endReceive ends a receive span with the record's outcome, marked failed
+// when the handler failed (herr) or the transaction broke (err).
+func endReceive(span trace.Span, out *recOutcome, herr, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	span.SetAttributes(attribute.String("queue.outcome", outcomeName(out.kind)))
+	telemetry.End(span, cmp.Or(err, herr))
+}
+
+// settleSpan starts the storage span of the writes that record a
+// delivery's outcome, under its receive span (ctx's); with tracing off it
+// is a span that does nothing.
+func (s *Subscription) settleSpan(ctx context.Context) trace.Span {
+	if !telemetry.Enabled() || s.opts.Process != nil {
+		_, span := telemetry.Start(ctx, s.spans.settle) // a span that does nothing
+		return span
+	}
+	_, span := telemetry.Start(ctx, s.spans.settle, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("db.system.name", dbSystemName(s.db))))
+	return span
+}
+
+// dbSystemName is db's db.system.name, as store.tx spans name it.
+func dbSystemName(db *store.DB) string {
+	if db.Postgres() {
+		return "postgresql"
+	}
+	return "sqlite"
+}
+
+// outcomeName is a record's outcome as a receive span says it.
+func outcomeName(k outcome) string {
+	switch k {
+	case outcomeDone:
+		return "done"
+	case outcomeRetry:
+		return "retry"
+	case outcomeDead:
+		return "dead"
+	case outcomeStale:
+		return "stale"
+	case outcomeAbandoned:
+		return "abandoned"
+	default:
+		return "skipped"
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"switchyard/store"
+	"switchyard/telemetry"
 )
 
 // TopicOpts configure NewTopic. Zero values get defaults.
@@ -65,7 +66,9 @@ type Record struct {
 	Attempt int
 	// Traceparent is the W3C trace context the record carries (package
 	// telemetry): the span that published it, kept through retries, dead
-	// letters and redrives; "" when none was recorded.
+	// letters and redrives; "" when none was recorded. A consumer gets the
+	// publisher's, as stored: its own receipt is a span of a new trace that
+	// links to it (Topic.Subscribe).
 	Traceparent string
 }
 
@@ -148,10 +151,16 @@ func PartitionFor(key string, n int) int {
 type KeyValue struct {
 	Key   string
 	Value []byte
+	// Traceparent is the W3C trace context the record is to carry; empty
+	// takes the publishing context's span (telemetry.Traceparent), as for
+	// Publish and PublishTx. A batch that forwards records of several
+	// traces (a relay, an import) gives each its own.
+	Traceparent string
 }
 
 // Publish appends a record in its own transaction (grouped with concurrent
-// writers) and returns where it was written, once it is committed.
+// writers) and returns where it was written, once it is committed. The
+// record carries ctx's span as its traceparent.
 func (t *Topic) Publish(ctx context.Context, key string, value []byte) (Position, error) {
 	pos, err := t.PublishBatch(ctx, []KeyValue{{Key: key, Value: value}})
 	if err != nil {
@@ -162,7 +171,8 @@ func (t *Topic) Publish(ctx context.Context, key string, value []byte) (Position
 
 // PublishBatch appends records in one transaction of their own, all or none,
 // and returns where each was written (in the order of recs) once they are
-// committed. The records of one key keep the order of recs.
+// committed. The records of one key keep the order of recs. Each record
+// carries its own Traceparent, or else ctx's span.
 func (t *Topic) PublishBatch(ctx context.Context, recs []KeyValue) ([]Position, error) {
 	return publishBatch(ctx, t.db, t.name, t.partitions, recs)
 }
@@ -172,7 +182,7 @@ func publishBatch(ctx context.Context, db *store.DB, topic string, partitions in
 		return nil, nil
 	}
 	positions := make([]Position, len(recs))
-	st, err := stagedRecords(topic, partitions, recs, positions)
+	st, err := stagedRecords(ctx, topic, partitions, recs, positions)
 	if err != nil {
 		return nil, err
 	}
@@ -202,8 +212,11 @@ func publishBatch(ctx context.Context, db *store.DB, topic string, partitions in
 // Position: it is known at the commit (Publish and PublishBatch return it).
 // The records of one key keep the order of their PublishTx calls. For a
 // transaction that db.Tx did not begin, the record is written at once.
+// The record carries ctx's span as its traceparent, taken at the call: a
+// caller that starts a span for the publish (a producer span) gives its
+// context here.
 func (t *Topic) PublishTx(ctx context.Context, tx *sql.Tx, key string, value []byte) error {
-	st, err := stagedRecords(t.name, t.partitions, []KeyValue{{Key: key, Value: value}}, nil)
+	st, err := stagedRecords(ctx, t.name, t.partitions, []KeyValue{{Key: key, Value: value}}, nil)
 	if err != nil {
 		return err
 	}
@@ -219,14 +232,19 @@ type staged struct {
 	partition int
 	key       string
 	value     []byte
-	offset    int64     // set when written
-	pos       *Position // when not nil, set to where it was written
+	// traceparent is the record's trace context, taken when it was
+	// published (the record is written later, at the pre-commit).
+	traceparent string
+	offset      int64     // set when written
+	pos         *Position // when not nil, set to where it was written
 }
 
-// stagedRecords checks recs and makes them staged records of topic;
-// positions, when not nil, get where each is written.
-func stagedRecords(topic string, partitions int, recs []KeyValue, positions []Position) ([]*staged, error) {
+// stagedRecords checks recs and makes them staged records of topic, each
+// carrying its own traceparent or else ctx's span; positions, when not nil,
+// get where each is written.
+func stagedRecords(ctx context.Context, topic string, partitions int, recs []KeyValue, positions []Position) ([]*staged, error) {
 	out := make([]*staged, len(recs))
+	ctxParent := telemetry.Traceparent(ctx) // "" without a span: no allocation with tracing off
 	for i, r := range recs {
 		if r.Key == "" {
 			if len(recs) == 1 {
@@ -239,7 +257,11 @@ func stagedRecords(topic string, partitions int, recs []KeyValue, positions []Po
 		if value == nil {
 			value = []byte{}
 		}
-		out[i] = &staged{topic: topic, partition: PartitionFor(r.Key, partitions), key: r.Key, value: value}
+		tp := r.Traceparent
+		if tp == "" {
+			tp = ctxParent
+		}
+		out[i] = &staged{topic: topic, partition: PartitionFor(r.Key, partitions), key: r.Key, value: value, traceparent: tp}
 		if positions != nil {
 			out[i].pos = &positions[i]
 		}
@@ -291,10 +313,12 @@ const (
 		where topic = ? and partition_id = ?
 		returning next_offset`
 	appendQueryHead = `
-		insert into queue_topic_log (topic, partition_id, log_offset, key, value, published_at)
+		insert into queue_topic_log (topic, partition_id, log_offset, key, value, published_at, traceparent)
 		values `
 	// maxAppendRows is the most records one insert writes.
 	maxAppendRows = 128
+	// appendColumns is the columns (and placeholders) of a row of appendQueryHead.
+	appendColumns = 7
 )
 
 // appendQueries[i] appends 1<<i records in one statement. A transaction's
@@ -304,7 +328,8 @@ const (
 var appendQueries = func() []string {
 	var qs []string
 	for n := 1; n <= maxAppendRows; n *= 2 {
-		qs = append(qs, appendQueryHead+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", n), ", "))
+		row := "(" + strings.TrimSuffix(strings.Repeat("?, ", appendColumns), ", ") + "), "
+		qs = append(qs, appendQueryHead+strings.TrimSuffix(strings.Repeat(row, n), ", "))
 	}
 	return qs
 }()
@@ -351,9 +376,9 @@ func writeRecords(ctx context.Context, db *store.DB, tx *sql.Tx, recs []*staged)
 	for rest := recs; len(rest) > 0; {
 		size := bits.Len(uint(min(len(rest), maxAppendRows))) - 1 // the largest power of two that fits
 		chunk := rest[:1<<size]
-		args := make([]any, 0, 6*len(chunk))
+		args := make([]any, 0, appendColumns*len(chunk))
 		for _, r := range chunk {
-			args = append(args, r.topic, r.partition, r.offset, r.key, r.value, now)
+			args = append(args, r.topic, r.partition, r.offset, r.key, r.value, now, r.traceparent)
 		}
 		if _, err := w.exec(appendQueries[size], args...); err != nil {
 			return fmt.Errorf("queue: publish to %s: %w", chunk[0].topic, err)
@@ -388,12 +413,12 @@ type ReadFilter struct {
 
 const (
 	readLogQuery = `
-		select partition_id, log_offset, key, value, published_at from queue_topic_log
+		select partition_id, log_offset, key, value, published_at, traceparent from queue_topic_log
 		where topic = ? and log_offset >= ?
 		order by partition_id, log_offset
 		limit ?`
 	readPartitionQuery = `
-		select partition_id, log_offset, key, value, published_at from queue_topic_log
+		select partition_id, log_offset, key, value, published_at, traceparent from queue_topic_log
 		where topic = ? and partition_id = ? and log_offset >= ?
 		order by log_offset
 		limit ?`
@@ -427,7 +452,7 @@ func readLog(ctx context.Context, db *store.DB, topic string, f ReadFilter) ([]R
 	for rows.Next() {
 		r := Record{Topic: topic}
 		var at store.Timestamp
-		if err := rows.Scan(&r.Partition, &r.Offset, &r.Key, &r.Value, &at); err != nil {
+		if err := rows.Scan(&r.Partition, &r.Offset, &r.Key, &r.Value, &at, &r.Traceparent); err != nil {
 			return nil, err
 		}
 		r.PublishedAt = at.Time

@@ -11,6 +11,7 @@ import (
 
 	"switchyard/mask"
 	"switchyard/store"
+	"switchyard/telemetry"
 )
 
 // This file is the consumers' transaction: steps 1–8 of the spec for one
@@ -191,7 +192,7 @@ func (s *Service) bind(ctx context.Context, tx *sql.Tx, ev UserUpserted, l Link,
 	if err != nil {
 		return "", false, err
 	}
-	if err := s.bondsOut.publishTx(ctx, tx, string(b.ReferredUserID), value); err != nil {
+	if err := publishOutgoing(ctx, tx, s.bondsOut, TopicBonds, TypeBondCreated, b.ID, ev.CorrelationID, string(b.ReferredUserID), value); err != nil {
 		return "", false, fmt.Errorf("publish bond-created: %w", err)
 	}
 	if lead {
@@ -199,7 +200,7 @@ func (s *Service) bind(ctx context.Context, tx *sql.Tx, ev UserUpserted, l Link,
 		if err != nil {
 			return "", false, err
 		}
-		if err := s.leadsOut.publishTx(ctx, tx, string(b.ReferredUserID), value); err != nil {
+		if err := publishOutgoing(ctx, tx, s.leadsOut, TopicLeadAttachments, TypeLeadAttachRequested, b.ID, ev.CorrelationID, string(b.ReferredUserID), value); err != nil {
 			return "", false, fmt.Errorf("publish lead-attach-requested: %w", err)
 		}
 	}
@@ -272,7 +273,7 @@ func readUserFacts(ctx context.Context, q querier, mark string, user UserID) (us
 
 // prepared wraps tx so the consumer's queries use the prepared statements.
 func (s *Service) prepared(tx *sql.Tx) preparedTx {
-	p := preparedTx{tx: tx, stmts: s.stmts}
+	p := preparedTx{tx: tx, stmts: s.stmts, spans: s.storeSpans}
 	// The statements bound to tx are kept for the run of the transaction
 	// function: the queue hands a chunk of records to one run, and binding
 	// a statement to a transaction (Tx.StmtContext) costs a statement,
@@ -313,6 +314,7 @@ type preparedTx struct {
 	tx    *sql.Tx
 	stmts map[string]*sql.Stmt
 	bound map[string]*sql.Stmt // stmts bound to tx so far; nil for a tx not begun by db.Tx
+	spans *storeSpans          // names each statement's storage span (trace.go)
 }
 
 // stmt returns query's statement bound to tx, or nil for a query not
@@ -332,14 +334,33 @@ func (p preparedTx) stmt(ctx context.Context, query string) *sql.Stmt {
 	return st
 }
 
+// QueryRowContext runs query, a storage span of its own when traced (its
+// row is read when it returns: the span ends then).
 func (p preparedTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	ctx, span := p.spans.start(ctx, query)
+	row := p.queryRow(ctx, query, args...)
+	if span.IsRecording() {
+		telemetry.End(span, row.Err())
+	}
+	return row
+}
+
+func (p preparedTx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	if st := p.stmt(ctx, query); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
 	return p.tx.QueryRowContext(ctx, query, args...)
 }
 
+// ExecContext runs query, a storage span of its own when traced.
 func (p preparedTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	ctx, span := p.spans.start(ctx, query)
+	res, err := p.exec(ctx, query, args...)
+	telemetry.End(span, err)
+	return res, err
+}
+
+func (p preparedTx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if st := p.stmt(ctx, query); st != nil {
 		return st.ExecContext(ctx, args...)
 	}

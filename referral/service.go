@@ -53,6 +53,8 @@ type Service struct {
 	bondsOut txPublisher
 	leadsOut txPublisher
 	stmts    map[string]*sql.Stmt // consumerQueries, prepared on the writer
+	// storeSpans names the spans of the consumer's statements (trace.go).
+	storeSpans *storeSpans
 	// linkQuery and ownerQuery are branch B's reads of the link and of its
 	// owner's replica: liveLinkByURLQuery and getReplicaQuery, locking the
 	// rows on PostgreSQL (see readAttachFacts).
@@ -102,6 +104,7 @@ func New(ctx context.Context, opts Opts) (*Service, error) {
 	if opts.DB.Postgres() {
 		s.linkQuery, s.ownerQuery = liveLinkByURLQuery+lockShared, getReplicaQuery+lockShared
 	}
+	s.storeSpans = newStoreSpans(opts.DB.Postgres(), s.linkQuery, s.ownerQuery)
 	queries := append(slices.Clip(consumerQueries), s.linkQuery, s.ownerQuery)
 	s.stmts = make(map[string]*sql.Stmt, len(queries))
 	for _, q := range queries {
@@ -185,10 +188,13 @@ func (s *Service) refreshLag(ctx context.Context) {
 }
 
 // handle is the consumer group's handler: one record, in the transaction
-// that commits the group's offset.
+// that commits the group's offset. Its processing is a span,
+// referral.event.handle, under the queue's receive span (trace.go).
 func (s *Service) handle(ctx context.Context, tx *sql.Tx, rec queue.Record) error {
 	start := time.Now()
+	ctx, span := handleSpan(ctx)
 	res, err := s.apply(ctx, tx, inbound{Key: rec.Key, Value: rec.Value, Partition: rec.Partition, Offset: rec.Offset, Attempt: rec.Attempt})
+	endHandle(span, res, err)
 	took := time.Since(start)
 	s.db.AfterCommit(tx, func() { s.observe(ctx, rec, res, err, took) })
 	switch {
