@@ -25,8 +25,8 @@ import (
 	"switchyard/testwait"
 )
 
-// delivery is what a handler saw of one delivery.
-type delivery struct {
+// messageDelivery is what a handler saw of one delivery.
+type messageDelivery struct {
 	attempt     int
 	traceparent string // the Message's
 	span        trace.SpanContext
@@ -81,19 +81,19 @@ func TestTraceparentFollowsAMessage(t *testing.T) {
 			Retry: queue.RetryPolicy{MaxAttempts: 2, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}})
 		var (
 			mu      sync.Mutex
-			seen    []delivery
+			seen    []messageDelivery
 			failing = true
 		)
 		start(t, q, queue.WorkerOpts{PollInterval: 20 * time.Millisecond, Handler: func(ctx context.Context, m queue.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
-			seen = append(seen, delivery{attempt: m.Attempt, traceparent: m.Traceparent, span: trace.SpanContextFromContext(ctx)})
+			seen = append(seen, messageDelivery{attempt: m.Attempt, traceparent: m.Traceparent, span: trace.SpanContextFromContext(ctx)})
 			if failing {
 				return errors.New("handler failed on purpose")
 			}
 			return nil
 		}})
-		deliveries := func() []delivery {
+		deliveries := func() []messageDelivery {
 			mu.Lock()
 			defer mu.Unlock()
 			return slices.Clone(seen)
