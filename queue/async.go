@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
+
+	"switchyard/telemetry"
 )
 
 // RecordProcessFunc processes one record of a topic outside any database
@@ -96,14 +98,17 @@ func (s *Subscription) processChunk(p *partState, items []*entry) chunkResult {
 	return r
 }
 
-// process runs Process for r; a panic is a retryable failure.
+// process runs Process for r, in a consumer span of its own (processSpan);
+// a panic is a retryable failure.
 func (s *Subscription) process(r Record) (err error) {
+	ctx, span := s.processSpan(r)
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panicked: %v", p)
 		}
+		telemetry.End(span, err)
 	}()
-	return s.opts.Process(s.hctx, r)
+	return s.opts.Process(ctx, r)
 }
 
 // isStopping reports whether Stop (or a hard stop) has begun.

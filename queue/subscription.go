@@ -1080,6 +1080,23 @@ func (s *Subscription) receiveSpan(ctx context.Context, rec Record) (context.Con
 		// time the outcome's commit, not the record's processing.
 		return telemetry.Start(s.hctx, s.spans.receive) // s.hctx as it is, and a span that does nothing
 	}
+	return s.startReceive(ctx, rec)
+}
+
+// processSpan starts the consumer span of one Process call of rec
+// (async.go), as receiveSpan does for a handler: Process runs before its
+// chunk's transaction, so the span links to the publisher's alone. With
+// tracing off it returns s.hctx as it is and a span that does nothing.
+func (s *Subscription) processSpan(rec Record) (context.Context, trace.Span) {
+	if !telemetry.Enabled() {
+		return telemetry.Start(s.hctx, s.spans.receive)
+	}
+	return s.startReceive(context.Background(), rec)
+}
+
+// startReceive starts a receive span of rec linked to its publisher's span
+// and to ctx's (a chunk's), when each is valid.
+func (s *Subscription) startReceive(ctx context.Context, rec Record) (context.Context, trace.Span) {
 	links := make([]trace.Link, 0, 2)
 	if sc, ok := telemetry.Parse(rec.Traceparent); ok {
 		links = append(links, trace.Link{SpanContext: sc})

@@ -398,3 +398,47 @@ func TestTopicRecordsCarryTheirTraceparent(t *testing.T) {
 		telemetrytest.AssertClean(t, rec.Spans(), tracePhone, `"v":`)
 	})
 }
+
+// A Process-mode subscription (async.go) runs each record in a receive span
+// of its own, linked to the publisher's span, and hands Process its context.
+func TestProcessRunsInAReceiveSpan(t *testing.T) {
+	rec := telemetrytest.Record(t)
+	db := storetest.New(t)
+	topic := newTopic(t, db, traceTopic, 2)
+	ctx, tp := producer(t, "producer of a processed record")
+	if _, err := topic.Publish(ctx, "k1", value("k1", "processed")); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan delivery, 1)
+	s, err := topic.Subscribe(context.Background(), queue.SubscribeOpts{Group: traceGroup, PollInterval: 50 * time.Millisecond,
+		Process: func(ctx context.Context, r queue.Record) error {
+			select {
+			case got <- delivery{rec: r, span: trace.SpanContextFromContext(ctx)}:
+			default:
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	var d delivery
+	select {
+	case d = <-got:
+	case <-time.After(30 * time.Second * time.Duration(testwait.Slack)):
+		t.Fatal("the record was not processed")
+	}
+	if d.rec.Traceparent != tp {
+		t.Errorf("the record's traceparent is %q, want the publisher's %q", d.rec.Traceparent, tp)
+	}
+	if !d.span.IsValid() {
+		t.Fatal("Process's context carries no span")
+	}
+	receive := rec.WaitFor(t, traceWithin, "topic.receive "+traceTopic, func(s sdktrace.ReadOnlySpan) bool {
+		return s.SpanContext().SpanID() == d.span.SpanID()
+	})
+	publisher, _ := telemetry.Parse(tp)
+	if receive.Parent().IsValid() || len(receive.Links()) != 1 || receive.Links()[0].SpanContext.SpanID() != publisher.SpanID() {
+		t.Errorf("the receive span: parent %v, links %v; want a root linked to the publisher's span", receive.Parent(), receive.Links())
+	}
+}
