@@ -367,10 +367,10 @@ func (p preparedTx) exec(ctx context.Context, query string, args ...any) (sql.Re
 	return p.tx.ExecContext(ctx, query, args...)
 }
 
-const putMarkQuery = `insert into referral_processed_messages (mark, user_id, outcome, processed_at) values (?, ?, ?, ?)`
+const putMarkQuery = `insert into referral_processed_messages (mark, user_id, outcome, processed_at, traceparent) values (?, ?, ?, ?, ?)`
 
 func putMark(ctx context.Context, tx dbtx, mark string, user UserID, outcome Outcome, now time.Time) error {
-	_, err := tx.ExecContext(ctx, putMarkQuery, mark, string(user), string(outcome), store.TS(now))
+	_, err := tx.ExecContext(ctx, putMarkQuery, mark, string(user), string(outcome), store.TS(now), telemetry.Traceparent(ctx))
 	return err
 }
 
@@ -494,8 +494,8 @@ func scanLinkRow(row *sql.Row) (*Link, error) {
 const (
 	insertBondQuery = `
 		insert into referral_bonds (id, referred_user_id, referrer_user_id, referral_link_id, tenant_id,
-			bound_at, applied_rule, status, registration_id, created_at)
-		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			bound_at, applied_rule, status, registration_id, created_at, traceparent)
+		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		on conflict do nothing`
 	insertRegistrationQuery = `
 		insert into referral_registrations (id, referred_user_id, registration_type, applied_rule, lead_requested,
@@ -509,7 +509,8 @@ const (
 // user) already holds another; won tells which.
 func insertBond(ctx context.Context, tx dbtx, b Bond) (won bool, err error) {
 	res, err := tx.ExecContext(ctx, insertBondQuery, string(b.ID), string(b.ReferredUserID), string(b.ReferrerUserID), string(b.ReferralLinkID), b.TenantID,
-		store.TS(b.BoundAt), string(b.AppliedRule), string(b.Status), string(b.RegistrationID), store.TS(b.CreatedAt))
+		store.TS(b.BoundAt), string(b.AppliedRule), string(b.Status), string(b.RegistrationID), store.TS(b.CreatedAt),
+		telemetry.Traceparent(ctx))
 	return affectedOne(res, err)
 }
 

@@ -19,9 +19,9 @@ import (
 // number is masked.
 
 const (
-	historyMarksSQL = `select mark, user_id, outcome, processed_at from referral_processed_messages
+	historyMarksSQL = `select mark, user_id, outcome, processed_at, traceparent from referral_processed_messages
 		where user_id = ? or mark in (?, ?) order by id desc limit ?`
-	historyBondsSQL = `select ` + bondColumns + ` from referral_bonds
+	historyBondsSQL = `select ` + bondColumns + `, traceparent from referral_bonds
 		where referred_user_id = ? or referrer_user_id = ? or id = ? order by created_at desc limit ?`
 	historyRegistrationsSQL = `select id, referred_user_id, registration_type, applied_rule, lead_requested,
 		link_url, referrer_user_id, registered_at, coalesce(bond_id, ''), created_at
@@ -71,16 +71,17 @@ func (s *Service) marksHistory(ctx context.Context, found *history.Found, id str
 	var items []history.Item
 	for rows.Next() {
 		var (
-			mark, user, outcome string
-			at                  store.Timestamp
+			mark, user, outcome, traceparent string
+			at                               store.Timestamp
 		)
-		if err := rows.Scan(&mark, &user, &outcome, &at); err != nil {
+		if err := rows.Scan(&mark, &user, &outcome, &at, &traceparent); err != nil {
 			return fmt.Errorf("marks: %w", err)
 		}
 		typ, msg, _ := strings.Cut(mark, ":")
 		items = append(items, history.Item{At: at.Time, Flow: history.FlowReferral, Kind: "identity event consumed",
 			Summary: fmt.Sprintf("%s: %s", typ, outcome),
-			IDs:     []history.ID{{Name: "message", Value: msg}, {Name: "user", Value: user}}, Link: userLink(user)})
+			IDs:     []history.ID{{Name: "message", Value: msg}, {Name: "user", Value: user}}, Link: userLink(user),
+			TraceID: history.TraceID(traceparent)})
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("marks: %w", err)
@@ -99,19 +100,24 @@ func (s *Service) bondsHistory(ctx context.Context, found *history.Found, id str
 	n := 0
 	for rows.Next() {
 		var (
-			bond, referred, referrer, link, tenant, rule, st, reg string
-			bound, created                                        store.Timestamp
+			bond, referred, referrer, link, tenant, rule, st, reg, traceparent string
+			bound, created                                                     store.Timestamp
 		)
-		if err := rows.Scan(&bond, &referred, &referrer, &link, &tenant, &bound, &rule, &st, &reg, &created); err != nil {
+		if err := rows.Scan(&bond, &referred, &referrer, &link, &tenant, &bound, &rule, &st, &reg, &created, &traceparent); err != nil {
 			return fmt.Errorf("bonds: %w", err)
 		}
 		n++
 		ids := []history.ID{{Name: "bond", Value: bond}, {Name: "referred", Value: referred}, {Name: "referrer", Value: referrer}}
+		// The outgoing event's own trace links to the processing's, whose
+		// trace the bond keeps.
+		trace := history.TraceID(traceparent)
 		items = append(items,
 			history.Item{At: created.Time, Flow: history.FlowReferral, Kind: "bond created",
-				Summary: fmt.Sprintf("%s bound to %s by rule %s (%s)", referred, referrer, rule, st), IDs: ids, Link: userLink(referred)},
+				Summary: fmt.Sprintf("%s bound to %s by rule %s (%s)", referred, referrer, rule, st), IDs: ids, Link: userLink(referred),
+				TraceID: trace},
 			history.Item{At: created.Time, Flow: history.FlowReferral, Kind: "outgoing event",
-				Summary: fmt.Sprintf("%s on %s, in the bond's transaction", TypeBondCreated, TopicBonds), IDs: ids, Link: userLink(referred)})
+				Summary: fmt.Sprintf("%s on %s, in the bond's transaction", TypeBondCreated, TopicBonds), IDs: ids, Link: userLink(referred),
+				TraceID: trace})
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("bonds: %w", err)

@@ -170,6 +170,23 @@ func TestTracesFollowAnIdentityEventToItsBond(t *testing.T) {
 		}
 	})
 
+	t.Run("the processing's rows keep its trace, for the console's search", func(t *testing.T) {
+		found, err := h.svc.History(t.Context(), string(user), 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := handle.SpanContext().TraceID().String()
+		kinds := map[string]int{}
+		for _, it := range found.Items {
+			if it.TraceID == want {
+				kinds[it.Kind]++
+			}
+		}
+		if kinds["identity event consumed"] != 1 || kinds["bond created"] != 1 {
+			t.Errorf("items in the processing's trace by kind: %v, want the consumed event and the bond", kinds)
+		}
+	})
+
 	t.Run("each outgoing event is a new trace linked to the processing, and its record carries it", func(t *testing.T) {
 		for _, out := range []struct {
 			topic string
