@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/testwait"
 )
@@ -38,6 +39,21 @@ func sentCount(t *testing.T, name string) float64 {
 }
 
 // closed reports whether a signal's wake-up channel has been closed.
+// listening waits, on PostgreSQL, until db listens for other instances'
+// wake-ups. Once the listener is up it wakes every signal (whatever was
+// broadcast while nobody listened is lost), and a test of when a commit wakes
+// the workers would take that wake-up for the commit's: CI saw "woken before
+// the transaction committed" about once in 30 runs.
+func listening(t *testing.T, db *store.DB) {
+	t.Helper()
+	if !db.Postgres() {
+		return
+	}
+	testwait.Until(t, 10*time.Second, "the listener for other instances' wake-ups", func() bool {
+		return db.BroadcastStats().Listens > 0
+	})
+}
+
 func closed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -59,6 +75,7 @@ func TestAfterCommit(t *testing.T) {
 		t.Parallel()
 		db := storetest.New(t)
 		q := New(NewOpts{DB: db, Name: "aftercommit.send"})
+		listening(t, db)
 		before := sentCount(t, q.name)
 
 		wake := q.sig.wait()
@@ -107,6 +124,7 @@ func TestAfterCommit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		listening(t, db)
 		before := sentCount(t, topic.name)
 
 		wake := topic.sig.wait()
@@ -225,6 +243,7 @@ func TestAfterCommit(t *testing.T) {
 			topics[name] = topic
 		}
 		in, ok, bad := topics["staged.in"], topics["staged.ok"], topics["staged.bad"]
+		listening(t, db)
 		// Both records wait before the group starts, so one transaction
 		// handles them, each in its savepoint.
 		for _, v := range []string{"ok", "bad"} {
