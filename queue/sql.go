@@ -118,13 +118,18 @@ func hotQueries(db *store.DB) []string {
 		insertKeyQuery, selectKeyQuery, orderQueuedQuery, insertOrderQuery, insertParkedOrderQuery, insertMessageQuery,
 		deleteDeliveredQuery, deleteRetryQuery, deleteOrderQuery, unparkQuery, releaseQuery,
 		takeDeliveredQuery, orderSlotQuery, firstFailedQuery, insertDeadQuery, insertFailureQuery,
-		retryMessageQuery, upsertRetryQuery, receiveSQL(db), orderKeyQuery,
+		retryMessageQuery, upsertRetryQuery, orderKeyQuery,
 		takeOffsetsQuery,
 		savepointQuery, releaseSavepointQuery, rollbackSavepointQuery,
 		deleteRecordRetryQuery, advanceQuery, insertDoneQuery, insertRecordRetryQuery, updateRecordRetryQuery,
 		firstFailedRecordQuery, committedQuery, doneAboveQuery, setCommittedQuery, deleteDoneBelowQuery,
 	}
 	queries = append(queries, appendQueries...)
+	if db.Postgres() {
+		queries = append(queries, receiveQueries[1]...)
+	} else {
+		queries = append(queries, receiveQueries[0]...)
+	}
 	if db.Postgres() {
 		queries = append(queries, lockKeyQuery, lockSharedQuery, lockGroupPartitionQuery)
 	}
