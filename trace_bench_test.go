@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -17,7 +19,8 @@ import (
 // `switchyard serve --roles inbound` with tracing off — the default — and
 // then with every span sampled and exported over OTLP/HTTP to a local
 // collector (telemetrytest.Collector, which decodes and counts what it gets).
-// With -count each round runs both, so each ratio is of one round.
+// Each round (SWITCHYARD_BENCH_ROUNDS, default 3) runs every side once, so
+// each ratio is of one round.
 //
 // With SWITCHYARD_BENCH_BEFORE_TRACING naming a binary built from the commit
 // before tracing came in (2c42374^), a third case serves with that binary, so
@@ -25,7 +28,7 @@ import (
 //
 //	git worktree add /tmp/before-tracing 2c42374^ && (cd /tmp/before-tracing && go build -o /tmp/switchyard-before .)
 //	SWITCHYARD_BENCH_BEFORE_TRACING=/tmp/switchyard-before \
-//	  go test -run '^$' -bench TracingOverhead -benchtime 20000x -count 3 .
+//	  go test -run '^$' -bench TracingOverhead -benchtime 40000x .
 func BenchmarkTracingOverhead(b *testing.B) {
 	bin := binary(b)
 	secret, admin := randomHex(b, 32), randomHex(b, 32)
@@ -40,35 +43,47 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		return r, p
 	}
 
-	var off loopbackResult
-	if before := os.Getenv("SWITCHYARD_BENCH_BEFORE_TRACING"); before != "" {
-		var none loopbackResult
-		b.Run("before-tracing", func(b *testing.B) { none, _ = serve(b, before, env) })
-		b.Run("tracing=off", func(b *testing.B) {
-			off, _ = serve(b, bin, env)
-			if none.rate > 0 {
-				b.ReportMetric(off.rate/none.rate, "x-before-tracing")
+	before := os.Getenv("SWITCHYARD_BENCH_BEFORE_TRACING")
+	for round := 1; round <= benchRounds(); round++ {
+		b.Run(fmt.Sprintf("round=%d", round), func(b *testing.B) {
+			var none, off loopbackResult
+			if before != "" {
+				b.Run("before-tracing", func(b *testing.B) { none, _ = serve(b, before, env) })
 			}
+			b.Run("tracing=off", func(b *testing.B) {
+				off, _ = serve(b, bin, env)
+				if none.rate > 0 {
+					b.ReportMetric(off.rate/none.rate, "x-before-tracing")
+				}
+			})
+			b.Run("tracing=otlp-sampled-all", func(b *testing.B) {
+				col := telemetrytest.NewCollector(b)
+				r, p := serve(b, bin, append(env, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+col.URL,
+					"OTEL_TRACES_SAMPLER=always_on"))
+				if off.rate > 0 {
+					b.ReportMetric(r.rate/off.rate, "x-tracing-off")
+				}
+				// A stopped serve flushes its exporter: then the collector
+				// holds every span the run exported.
+				stopProcess(b, p)
+				if col.Spans() == 0 {
+					b.Fatal("the collector received no span: tracing was not on")
+				}
+				b.ReportMetric(float64(col.Spans())/float64(r.accepted), "spans/req")
+			})
 		})
-	} else {
-		b.Run("tracing=off", func(b *testing.B) { off, _ = serve(b, bin, env) })
 	}
+}
 
-	b.Run("tracing=otlp-sampled-all", func(b *testing.B) {
-		col := telemetrytest.NewCollector(b)
-		r, p := serve(b, bin, append(env, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+col.URL,
-			"OTEL_TRACES_SAMPLER=always_on"))
-		if off.rate > 0 {
-			b.ReportMetric(r.rate/off.rate, "x-tracing-off")
-		}
-		// A stopped serve flushes its exporter: then the collector holds every
-		// span the run exported.
-		stopProcess(b, p)
-		if col.Spans() == 0 {
-			b.Fatal("the collector received no span: tracing was not on")
-		}
-		b.ReportMetric(float64(col.Spans())/float64(r.accepted), "spans/req")
-	})
+// benchRounds is how many rounds a same-run comparison runs, each side once
+// a round, so that each ratio is of neighbours in time (-count would run
+// every round of one side before the next side): SWITCHYARD_BENCH_ROUNDS,
+// default 3.
+func benchRounds() int {
+	if n, err := strconv.Atoi(os.Getenv("SWITCHYARD_BENCH_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
 }
 
 // stopProcess asks p to stop and waits up to 30 s for it to be gone (its

@@ -2,6 +2,9 @@ package queue_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,40 +23,56 @@ import (
 // carries a traceparent and the worker's handling continues that trace.
 // tracing=off is the default (no provider: the spans are no-ops);
 // tracing=otlp samples every span and exports it over OTLP/HTTP to a local
-// collector (telemetrytest.Collector, which decodes and counts them). With
-// -count each round runs both, so each ratio is of one round.
+// collector (telemetrytest.Collector, which decodes and counts them). Each
+// round (SWITCHYARD_BENCH_ROUNDS, default 3) runs both, so each ratio is of
+// one round.
 //
-//	go test -run '^$' -bench TracingOverhead -benchtime 20000x -count 3 ./queue/
+//	go test -run '^$' -bench TracingOverhead -benchtime 40000x ./queue/
 func BenchmarkTracingOverhead(b *testing.B) {
-	var off float64
-	b.Run("tracing=off", func(b *testing.B) {
-		off = sendHandleAck(b)
-	})
-	b.Run("tracing=otlp-sampled-all", func(b *testing.B) {
-		col := telemetrytest.NewCollector(b)
-		b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
-		b.Setenv("OTEL_TRACES_SAMPLER", "always_on")
-		tracing, err := telemetry.Setup(context.Background(), telemetry.Options{Getenv: func(k string) string {
-			if k == "OTEL_TRACES_EXPORTER" {
-				return telemetry.ExporterOTLP
-			}
-			return ""
-		}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		rate := sendHandleAck(b)
-		if err := tracing.Shutdown(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		if off > 0 {
-			b.ReportMetric(rate/off, "x-tracing-off")
-		}
-		if col.Spans() == 0 {
-			b.Fatal("the collector received no span: tracing was not on")
-		}
-		b.ReportMetric(float64(col.Spans())/float64(b.N), "spans/msg")
-	})
+	for round := 1; round <= benchRounds(); round++ {
+		b.Run(fmt.Sprintf("round=%d", round), func(b *testing.B) {
+			var off float64
+			b.Run("tracing=off", func(b *testing.B) {
+				off = sendHandleAck(b)
+			})
+			b.Run("tracing=otlp-sampled-all", func(b *testing.B) {
+				col := telemetrytest.NewCollector(b)
+				b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
+				b.Setenv("OTEL_TRACES_SAMPLER", "always_on")
+				tracing, err := telemetry.Setup(context.Background(), telemetry.Options{Getenv: func(k string) string {
+					if k == "OTEL_TRACES_EXPORTER" {
+						return telemetry.ExporterOTLP
+					}
+					return ""
+				}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				rate := sendHandleAck(b)
+				if err := tracing.Shutdown(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				if off > 0 {
+					b.ReportMetric(rate/off, "x-tracing-off")
+				}
+				if col.Spans() == 0 {
+					b.Fatal("the collector received no span: tracing was not on")
+				}
+				b.ReportMetric(float64(col.Spans())/float64(b.N), "spans/msg")
+			})
+		})
+	}
+}
+
+// benchRounds is how many rounds a same-run comparison runs, each side once
+// a round, so that each ratio is of neighbours in time (-count would run
+// every round of one side before the next side): SWITCHYARD_BENCH_ROUNDS,
+// default 3.
+func benchRounds() int {
+	if n, err := strconv.Atoi(os.Getenv("SWITCHYARD_BENCH_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
 }
 
 // sendHandleAck runs b.N messages through a queue, each sent inside a span
