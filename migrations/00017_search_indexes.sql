@@ -13,10 +13,8 @@ create index bot_processed_events_user_idx on bot_processed_events (user_key, id
 create index referral_processed_messages_user_idx on referral_processed_messages (user_id, id);
 create index omni_contacts_provider_user_idx on omni_contacts (provider_user_id);
 create index omni_inbound_events_thread_idx on omni_inbound_events (thread_id, applied_at);
-create index queue_keys_key_idx on queue_keys (key);
 
 -- +goose Down
-drop index queue_keys_key_idx;
 drop index omni_inbound_events_thread_idx;
 drop index omni_contacts_provider_user_idx;
 drop index referral_processed_messages_user_idx;

@@ -19,7 +19,19 @@ import (
 // dead-lettered, or is gone (handled, or purged).
 
 const (
-	historyKeysSQL = `select queue, key, message_id, created_at from queue_keys where key = ? order by created_at desc limit ?`
+	// historyKeysSQL finds a key in every queue through queue_keys' primary
+	// key (queue, key): the recursive part walks the few distinct queue
+	// names down that key's first column, one seek each, as a skip-scan
+	// would, so no index on key alone costs every keyed send a write.
+	historyKeysSQL = `
+		with recursive queues(name) as (
+			select min(queue) from queue_keys
+			union all
+			select (select min(queue) from queue_keys where queue > queues.name) from queues where queues.name is not null
+		)
+		select k.queue, k.key, k.message_id, k.created_at
+		from queues join queue_keys k on k.queue = queues.name and k.key = ?
+		order by k.created_at desc limit ?`
 	historyLiveSQL = `select id, queue, created, received, traceparent from goqite where id = ?`
 	historyDeadSQL = `select id, queue, grp, key, attempts, last_error, created_at, dead_at, traceparent
 		from queue_dead where id = ?`

@@ -119,7 +119,10 @@ func TestHistory(t *testing.T) {
 			if q != historyKeysSQL {
 				args = args[:1]
 			}
-			if plan := storetest.SQLitePlan(t, db, q, args...); strings.Contains(plan, "SCAN ") {
+			// The key's read walks the queue names (a CTE of a row a queue)
+			// and seeks each: "SCAN queues" is that walk, not a table's scan.
+			plan := storetest.SQLitePlan(t, db, q, args...)
+			if strings.Contains(strings.ReplaceAll(plan, "SCAN queues", ""), "SCAN ") {
 				t.Errorf("%s: plan %s", q, plan)
 			}
 		}
