@@ -18,7 +18,9 @@ import (
 // process of its own, 64 connections, SQLite at synchronous=FULL) against
 // `switchyard serve --roles inbound` with tracing off — the default — and
 // then with every span sampled and exported over OTLP/HTTP to a local
-// collector (telemetrytest.Collector, which decodes and counts what it gets).
+// collector (telemetrytest.Collector, which decodes and counts what it gets),
+// and with one trace in ten sampled (parentbased_traceidratio 0.1), as a
+// busy deployment would.
 // Each round (SWITCHYARD_BENCH_ROUNDS, default 3) runs every side once, so
 // each ratio is of one round.
 //
@@ -56,20 +58,26 @@ func BenchmarkTracingOverhead(b *testing.B) {
 					b.ReportMetric(off.rate/none.rate, "x-before-tracing")
 				}
 			})
-			b.Run("tracing=otlp-sampled-all", func(b *testing.B) {
+			// exported serves with the spans sampler keeps exported to a
+			// local collector; a stopped serve flushes its exporter, so then
+			// the collector holds every span the run exported.
+			exported := func(b *testing.B, sampler ...string) (loopbackResult, *telemetrytest.Collector) {
 				col := telemetrytest.NewCollector(b)
-				r, p := serve(b, bin, append(env, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+col.URL,
-					"OTEL_TRACES_SAMPLER=always_on"))
+				r, p := serve(b, bin, append(append(env, "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_ENDPOINT="+col.URL), sampler...))
 				if off.rate > 0 {
 					b.ReportMetric(r.rate/off.rate, "x-tracing-off")
 				}
-				// A stopped serve flushes its exporter: then the collector
-				// holds every span the run exported.
 				stopProcess(b, p)
-				if col.Spans() == 0 {
+				b.ReportMetric(float64(col.Spans())/float64(r.accepted), "spans/req")
+				return r, col
+			}
+			b.Run("tracing=otlp-sampled-all", func(b *testing.B) {
+				if _, col := exported(b, "OTEL_TRACES_SAMPLER=always_on"); col.Spans() == 0 {
 					b.Fatal("the collector received no span: tracing was not on")
 				}
-				b.ReportMetric(float64(col.Spans())/float64(r.accepted), "spans/req")
+			})
+			b.Run("tracing=otlp-sampled-tenth", func(b *testing.B) {
+				exported(b, "OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.1")
 			})
 		})
 	}

@@ -23,7 +23,8 @@ import (
 // carries a traceparent and the worker's handling continues that trace.
 // tracing=off is the default (no provider: the spans are no-ops);
 // tracing=otlp samples every span and exports it over OTLP/HTTP to a local
-// collector (telemetrytest.Collector, which decodes and counts them). Each
+// collector (telemetrytest.Collector, which decodes and counts them);
+// tracing=otlp-sampled-tenth samples one trace in ten. Each
 // round (SWITCHYARD_BENCH_ROUNDS, default 3) runs both, so each ratio is of
 // one round.
 //
@@ -37,21 +38,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 			})
 			b.Run("tracing=otlp-sampled-all", func(b *testing.B) {
 				col := telemetrytest.NewCollector(b)
-				b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
-				b.Setenv("OTEL_TRACES_SAMPLER", "always_on")
-				tracing, err := telemetry.Setup(context.Background(), telemetry.Options{Getenv: func(k string) string {
-					if k == "OTEL_TRACES_EXPORTER" {
-						return telemetry.ExporterOTLP
-					}
-					return ""
-				}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				rate := sendHandleAck(b)
-				if err := tracing.Shutdown(context.Background()); err != nil {
-					b.Fatal(err)
-				}
+				rate := sendHandleAckExported(b, col, "always_on", "")
 				if off > 0 {
 					b.ReportMetric(rate/off, "x-tracing-off")
 				}
@@ -60,8 +47,38 @@ func BenchmarkTracingOverhead(b *testing.B) {
 				}
 				b.ReportMetric(float64(col.Spans())/float64(b.N), "spans/msg")
 			})
+			b.Run("tracing=otlp-sampled-tenth", func(b *testing.B) {
+				col := telemetrytest.NewCollector(b)
+				rate := sendHandleAckExported(b, col, "parentbased_traceidratio", "0.1")
+				if off > 0 {
+					b.ReportMetric(rate/off, "x-tracing-off")
+				}
+				b.ReportMetric(float64(col.Spans())/float64(b.N), "spans/msg")
+			})
 		})
 	}
+}
+
+// sendHandleAckExported runs sendHandleAck with a provider that exports the
+// spans sampler keeps to col over OTLP/HTTP, flushed before it returns.
+func sendHandleAckExported(b *testing.B, col *telemetrytest.Collector, sampler, arg string) float64 {
+	b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
+	b.Setenv("OTEL_TRACES_SAMPLER", sampler)
+	b.Setenv("OTEL_TRACES_SAMPLER_ARG", arg)
+	tracing, err := telemetry.Setup(context.Background(), telemetry.Options{Getenv: func(k string) string {
+		if k == "OTEL_TRACES_EXPORTER" {
+			return telemetry.ExporterOTLP
+		}
+		return ""
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rate := sendHandleAck(b)
+	if err := tracing.Shutdown(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return rate
 }
 
 // benchRounds is how many rounds a same-run comparison runs, each side once
