@@ -46,13 +46,9 @@ func TestReceiveIsNotCompiledAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []int{1, 3, 8, 63, 64, 100} {
-		size := receiveSize(n)
-		if size < 1 || size > n && n >= 1 || size > maxReceiveBatch || size&(size-1) != 0 {
-			t.Errorf("receiveSize(%d) = %d, want the largest power of two up to min(%d, %d)", n, size, n, maxReceiveBatch)
-		}
-		t.Run(fmt.Sprintf("a receive of %d", size), func(t *testing.T) {
-			st, err := conn.PrepareContext(ctx, receiveSQL(db, size))
+	for _, n := range []int{1, 3, 8, 63, maxReceiveBatch} {
+		t.Run(fmt.Sprintf("a receive of %d", n), func(t *testing.T) {
+			st, err := conn.PrepareContext(ctx, receiveSQL(db, n))
 			if err != nil {
 				t.Fatal(err)
 			}

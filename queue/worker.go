@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
@@ -209,7 +208,7 @@ func (w *Worker) loop() {
 		// A damaged database file takes no more work: it does not heal, and
 		// messages handled on it would only fail and burn their attempts.
 		if stopping != nil && free > 0 && !empty && q.db.Corrupt() == nil {
-			n := receiveSize(min(free, maxReceiveBatch))
+			n := min(free, maxReceiveBatch)
 			msgs, err := w.receive(n)
 			if err != nil {
 				q.log.Error("queue receive failed", slog.Any("err", err))
@@ -421,10 +420,12 @@ func (q *Queue) endHandleSpan(span trace.Span, m Message, err error) {
 // snapshots and both deliver them. SQLite, whose single writer runs one
 // receive at a time, parses no FOR UPDATE.
 //
-// The limit is written into the text, one text for each power of two up to
+// The limit is written into the text, one text for each batch size up to
 // maxReceiveBatch, each prepared once: SQLite reads a value bound to a LIMIT
 // to plan the statement, so it compiled a statement with "limit ?" again at
 // every bind, every receive (6.5% of the CPU of a send→handle→ack loop).
+// Rounding the sizes to a few powers of two instead cost a third of the
+// loop's throughput in smaller batches.
 const (
 	receiveHead = `
 	update goqite set timeout = ?, received = received + 1
@@ -437,36 +438,31 @@ const (
 	returning id, body, received, created, priority, traceparent`
 )
 
-// receiveQueries[d][i] takes up to 1<<i messages, in SQLite's dialect (d
-// 0) or PostgreSQL's (1).
+// receiveQueries[d][n-1] takes up to n messages, in SQLite's dialect (d 0)
+// or PostgreSQL's (1).
 var receiveQueries = [2][]string{receiveTexts(""), receiveTexts(`
 		for update skip locked`)}
 
 func receiveTexts(lock string) []string {
 	var qs []string
-	for n := 1; n <= maxReceiveBatch; n *= 2 {
+	for n := 1; n <= maxReceiveBatch; n++ {
 		qs = append(qs, receiveHead+strconv.Itoa(n)+lock+`)`+receiveTail)
 	}
 	return qs
 }
 
-// receiveSize is the batch a receive asks for when n are wanted: n rounded
-// down to a power of two, at least 1 and at most maxReceiveBatch.
-func receiveSize(n int) int {
-	return 1 << (bits.Len(uint(min(max(n, 1), maxReceiveBatch))) - 1)
-}
-
-// receiveSQL is the receive of n messages (a receiveSize) in db's dialect.
+// receiveSQL is the receive of n messages (1 to maxReceiveBatch) in db's
+// dialect.
 func receiveSQL(db *store.DB, n int) string {
 	d := 0
 	if db.Postgres() {
 		d = 1
 	}
-	return receiveQueries[d][bits.Len(uint(n))-1]
+	return receiveQueries[d][n-1]
 }
 
-// receive takes up to n visible messages in one transaction; n is a
-// receiveSize.
+// receive takes up to n visible messages in one transaction (n from 1 to
+// maxReceiveBatch).
 func (w *Worker) receive(n int) ([]Message, error) {
 	q := w.q
 	var msgs []Message
