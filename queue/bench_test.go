@@ -66,38 +66,7 @@ func BenchmarkThroughput(b *testing.B) {
 	})
 
 	b.Run("queue", func(b *testing.B) {
-		db := storetest.NewWith(b, store.Options{Synchronous: store.SyncFull})
-		q := queue.New(queue.NewOpts{DB: db, Name: "bench"})
-		var handled atomic.Int64
-		all := make(chan struct{})
-		n := int64(b.N)
-		w := q.Start(context.Background(), queue.WorkerOpts{Concurrency: 64, Handler: func(ctx context.Context, m queue.Message) error {
-			if handled.Add(1) == n {
-				close(all)
-			}
-			return nil
-		}})
-		b.ResetTimer()
-		b.SetParallelism(16)
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, err := q.Send(context.Background(), queue.Message{Body: []byte("yo")}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-		select {
-		case <-all:
-		case <-time.After(time.Minute):
-			b.Fatalf("handled %d of %d", handled.Load(), n)
-		}
-		b.StopTimer()
-		if err := w.Stop(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		rate := float64(b.N) / b.Elapsed().Seconds()
-		b.ReportMetric(rate, "msg/s")
+		rate := sendHandleAck(b) // tracing off: its spans are no-ops
 		if baseline > 0 {
 			b.ReportMetric(rate/baseline, "x-goqite")
 		}

@@ -2,13 +2,8 @@ package queue
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
-
-	"modernc.org/sqlite"
 
 	"switchyard/store/storetest"
 )
@@ -22,30 +17,7 @@ func TestReceiveIsNotCompiledAgain(t *testing.T) {
 	storetest.SQLiteOnly(t, "SQLite compiles a prepared statement again when a bound value decides its plan; PostgreSQL has no such step")
 	ctx := context.Background()
 	db := storetest.New(t)
-	raw, err := sql.Open("sqlite", db.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = raw.Close() })
-	conn, err := raw.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	var compiled atomic.Int64
-	err = conn.Raw(func(dc any) error {
-		r, ok := dc.(sqlite.AuthorizerRegisterer)
-		if !ok {
-			return errors.New("the SQLite driver's connection has no authorizer")
-		}
-		return r.RegisterAuthorizer(func(sqlite.AuthorizerActionCode, string, string, string, string) sqlite.AuthorizerReturnCode {
-			compiled.Add(1)
-			return sqlite.AuthorizerOK
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, compiled := storetest.CompileCounter(t, db)
 	for _, n := range []int{1, 3, 8, 63, maxReceiveBatch} {
 		t.Run(fmt.Sprintf("a receive of %d", n), func(t *testing.T) {
 			st, err := conn.PrepareContext(ctx, receiveSQL(db, n))

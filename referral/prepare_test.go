@@ -2,14 +2,9 @@ package referral
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
-
-	"modernc.org/sqlite"
 
 	"switchyard/store/storetest"
 )
@@ -28,30 +23,7 @@ func TestConsumerStatementsAreNotCompiledAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := sql.Open("sqlite", db.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = raw.Close() })
-	conn, err := raw.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	var compiled atomic.Int64
-	err = conn.Raw(func(dc any) error {
-		r, ok := dc.(sqlite.AuthorizerRegisterer)
-		if !ok {
-			return errors.New("the SQLite driver's connection has no authorizer")
-		}
-		return r.RegisterAuthorizer(func(sqlite.AuthorizerActionCode, string, string, string, string) sqlite.AuthorizerReturnCode {
-			compiled.Add(1)
-			return sqlite.AuthorizerOK
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, compiled := storetest.CompileCounter(t, db)
 	if len(svc.stmts) == 0 {
 		t.Fatal("the service prepared no statements")
 	}
