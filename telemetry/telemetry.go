@@ -13,6 +13,7 @@ package telemetry
 
 import (
 	"context"
+	"encoding/hex"
 	"net/http"
 	"sync/atomic"
 
@@ -87,9 +88,17 @@ func Traceparent(ctx context.Context) string {
 	if !sc.IsValid() {
 		return ""
 	}
-	c := propagation.MapCarrier{}
-	propagator.Inject(ctx, c)
-	return c["traceparent"]
+	// Written out as the W3C propagator writes it, without its carrier map:
+	// a send or a publish asks for it once a message, sampled or not.
+	tid, sid := sc.TraceID(), sc.SpanID()
+	var b [55]byte
+	copy(b[:3], "00-")
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(sc.TraceFlags() & trace.FlagsSampled)})
+	return string(b[:])
 }
 
 // TraceID is the trace id of ctx's span, or "" when it has none.

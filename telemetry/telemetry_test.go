@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"switchyard/telemetry"
@@ -38,6 +39,18 @@ func TestTraceparentRoundTrip(t *testing.T) {
 	parent.End()
 	if !strings.HasPrefix(tp, "00-"+parent.SpanContext().TraceID().String()+"-"+parent.SpanContext().SpanID().String()) {
 		t.Fatalf("Traceparent = %q, want the span's trace and span id", tp)
+	}
+	// As the W3C propagator writes it.
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	if tp != carrier["traceparent"] {
+		t.Errorf("Traceparent = %q, the W3C propagator writes %q", tp, carrier["traceparent"])
+	}
+	unsampled := trace.ContextWithSpanContext(context.Background(), parent.SpanContext().WithTraceFlags(0))
+	carrier = propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(unsampled, carrier)
+	if got := telemetry.Traceparent(unsampled); got != carrier["traceparent"] || !strings.HasSuffix(got, "-00") {
+		t.Errorf("unsampled: Traceparent = %q, the W3C propagator writes %q", got, carrier["traceparent"])
 	}
 
 	_, child := telemetry.Start(telemetry.Resume(context.Background(), tp), "consumer")
