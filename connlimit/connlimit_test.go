@@ -30,8 +30,11 @@ func TestListener(t *testing.T) {
 		t.Parallel()
 		l := listen(t, 2)
 		accepted := make(chan net.Conn, 3)
+		// Three Accepts and no more: a fourth would take the place the
+		// closes give back, and "every place given back" would hold only
+		// until it did.
 		go func() {
-			for {
+			for range 3 {
 				c, err := l.Accept()
 				if err != nil {
 					return
