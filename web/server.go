@@ -13,6 +13,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -139,8 +140,9 @@ func New(opts Options) *Server {
 
 	r := mux.NewRouter()
 	r.Use(captureRoute)
-	r.NotFoundHandler = httpjson.NotFoundHandler
-	r.MethodNotAllowedHandler = httpjson.MethodNotAllowed(func(req *http.Request) []string { return allowedMethods(r, req) })
+	r.NotFoundHandler = s.consoleOr(httpjson.NotFoundHandler, nil)
+	r.MethodNotAllowedHandler = s.consoleOr(httpjson.MethodNotAllowed(func(req *http.Request) []string { return allowedMethods(r, req) }),
+		func(req *http.Request) []string { return allowedMethods(r, req) })
 
 	r.Handle("/healthz", httpjson.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", httpjson.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
@@ -165,7 +167,7 @@ func New(opts Options) *Server {
 	// to a caller without credentials.
 	apiRoot := mux.NewRouter()
 	apiRoot.Use(captureRoute)
-	apiRoot.NotFoundHandler = r.NotFoundHandler
+	apiRoot.NotFoundHandler = httpjson.NotFoundHandler
 	apiRoot.MethodNotAllowedHandler = httpjson.MethodNotAllowed(func(req *http.Request) []string { return allowedMethods(apiRoot, req) })
 	api := apiRoot.PathPrefix("/admin/api").Subrouter()
 	for _, mount := range opts.Admin {
@@ -190,6 +192,38 @@ func New(opts Options) *Server {
 	h = observe(opts.Logger, h)
 	s.handler = h
 	return s
+}
+
+// consoleOr answers a console address (under /admin, not /admin/api) that
+// no route takes with an HTML page in the layout, behind the session like
+// every console page — a mistyped console URL is a page, not JSON — and any
+// other address with api's JSON error. allowed is nil for a 404; for a 405
+// it lists the methods the address takes (the Allow header).
+func (s *Server) consoleOr(api http.Handler, allowed func(*http.Request) []string) http.Handler {
+	page := s.auth.requireSession(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if allowed == nil {
+			s.problem(w, r, http.StatusNotFound, "", "There is no console page at "+r.URL.Path+".")
+			return
+		}
+		methods := allowed(r)
+		w.Header().Set("Allow", strings.Join(methods, ", "))
+		s.problem(w, r, http.StatusMethodNotAllowed, "",
+			"This address takes "+strings.Join(methods, " or ")+" requests, not "+r.Method+".")
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isConsolePath(r.URL.Path) {
+			page.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+// isConsolePath reports whether path is under the console (/admin) and not
+// its API (/admin/api).
+func isConsolePath(path string) bool {
+	return (path == "/admin" || strings.HasPrefix(path, "/admin/")) &&
+		path != "/admin/api" && !strings.HasPrefix(path, "/admin/api/")
 }
 
 // allowedMethods lists, sorted, the methods of router's routes whose path

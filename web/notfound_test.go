@@ -1,0 +1,76 @@
+package web_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"switchyard/store/storetest"
+	"switchyard/web"
+)
+
+// A console address that no route takes is a page inside the layout —
+// behind the session like every console page — not the API's JSON; the API
+// and every other address keep their JSON errors.
+func TestConsoleNotFoundIsAPage(t *testing.T) {
+	t.Parallel()
+	c := newConsole(t, web.Options{DB: storetest.New(t)})
+
+	t.Run("a mistyped console address is a 404 page in the layout", func(t *testing.T) {
+		doc := c.get(t, "/admin/queuez", http.StatusNotFound)
+		if msg := trimmed(doc.Find(`[data-testid="message"]`)); !strings.Contains(msg, "/admin/queuez") {
+			t.Fatalf("message %q, want one naming the address", msg)
+		}
+		if doc.Find(`nav a[href="/admin/queues"]`).Length() == 0 || doc.Find(`form[action="/admin/search"]`).Length() == 0 {
+			t.Fatal("the 404 page is not inside the layout (no nav, no search box)")
+		}
+	})
+
+	t.Run("a console address asked with the wrong method is a 405 page saying which it takes", func(t *testing.T) {
+		resp, err := c.client.Get(c.base + "/admin/queues/some.queue/purge")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" ||
+			!strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || !strings.Contains(string(body), `data-testid="message"`) {
+			t.Fatalf("status %d, Allow %q, Content-Type %q:\n%s", resp.StatusCode, resp.Header.Get("Allow"), resp.Header.Get("Content-Type"), body)
+		}
+	})
+
+	t.Run("without a session the console's 404 sends the browser to log in, as any console page does", func(t *testing.T) {
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := client.Get(c.base + "/admin/queuez")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/admin/login") {
+			t.Fatalf("status %d, Location %q; want a redirect to the login", resp.StatusCode, resp.Header.Get("Location"))
+		}
+	})
+
+	for _, path := range []string{"/admin/api/queuez", "/nope"} {
+		t.Run("outside the console "+path+" answers the API's JSON 404", func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodGet, c.base+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+adminToken)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var e struct {
+				Error struct{ Code string } `json:"error"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != http.StatusNotFound || e.Error.Code == "" {
+				t.Fatalf("status %d, error %+v (%v); want a JSON 404", resp.StatusCode, e, err)
+			}
+		})
+	}
+}
