@@ -275,7 +275,7 @@ func eventTable(rows []eventRow) templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 23, "<div class=\"scroll\"><table data-testid=\"event-table\"><caption class=\"sr-only\">Outbox events, newest first</caption> <thead><tr><th scope=\"col\" class=\"n\">Id</th><th scope=\"col\">Type</th><th scope=\"col\">User</th><th scope=\"col\">State</th><th scope=\"col\" class=\"n\">Attempts</th><th scope=\"col\">Created</th><th scope=\"col\">Next retry / last error</th></tr></thead> <tbody>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 23, "<div class=\"scroll\"><table data-testid=\"event-table\"><caption class=\"sr-only\">Outbox events, newest first</caption> <thead><tr><th scope=\"col\" class=\"n\">Id</th><th scope=\"col\">Type</th><th scope=\"col\">User</th><th scope=\"col\">State</th><th scope=\"col\" class=\"n\">Failed attempts</th><th scope=\"col\">Created</th><th scope=\"col\">Next retry / last error</th></tr></thead> <tbody>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1014,7 +1014,7 @@ func eventPage(p page, d eventDetail) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 84, "</dd><dt>Attempts</dt><dd data-testid=\"event-attempts\">")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 84, "</dd><dt>Failed attempts</dt><dd data-testid=\"event-attempts\">")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -1027,7 +1027,7 @@ func eventPage(p page, d eventDetail) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 85, "</dd><dt>Last attempt</dt><dd>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 85, "</dd><dt>Last failed attempt</dt><dd>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
