@@ -1,13 +1,18 @@
 package web_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"switchyard/queue"
 	"switchyard/store/storetest"
+	"switchyard/testwait"
 	"switchyard/web"
 )
 
@@ -72,5 +77,46 @@ func TestConsoleNotFoundIsAPage(t *testing.T) {
 				t.Fatalf("status %d, error %+v (%v); want a JSON 404", resp.StatusCode, e, err)
 			}
 		})
+	}
+}
+
+// A queue with more dead letters than its page lists says how many there
+// are and which it shows: the page said "Dead letters (100)" for 116.
+func TestQueuePageCountsEveryDeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := storetest.New(t)
+	qa := queue.NewAdmin(queue.AdminOpts{DB: db})
+	c := newConsole(t, web.Options{DB: db, Queues: qa})
+	q := queue.New(queue.NewOpts{DB: db, Name: "console.many"})
+	const n = 116
+	for i := range n {
+		if _, err := q.Send(ctx, queue.Message{Body: fmt.Appendf(nil, `{"i":%d}`, i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := q.Start(ctx, queue.WorkerOpts{Handler: failingHandler, PollInterval: 10 * time.Millisecond})
+	testwait.Until(t, 20*time.Second, "every message dead-lettered", func() bool {
+		st, err := qa.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st.Queues {
+			if s.Name == "console.many" {
+				return s.Dead == n
+			}
+		}
+		return false
+	})
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doc := c.get(t, "/admin/queues/console.many", http.StatusOK)
+	if got := trimmed(tid(doc, "dead-total")); got != fmt.Sprint(n) {
+		t.Errorf("the heading counts %q dead letters, want %d", got, n)
+	}
+	shown := trimmed(tid(doc, "dead-shown"))
+	if !strings.Contains(shown, fmt.Sprintf("oldest 100 of %d", n)) || !strings.Contains(shown, "/admin/api/queues/console.many/dlq") {
+		t.Errorf("the page does not say which it shows: %q", shown)
 	}
 }

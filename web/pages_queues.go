@@ -154,7 +154,22 @@ type queueDetailModel struct {
 	Topic   *groupRow
 	Live    []liveMessageRow
 	Dead    []deadRow
-	Missing bool
+	// DeadTotal is how many dead letters there are; Dead holds the oldest
+	// deadShown of them.
+	DeadTotal int64
+	Missing   bool
+}
+
+// deadShown is how many dead letters a queue's page lists.
+const deadShown = 100
+
+// DeadAPI is the admin API's listing of the dead letters, for the ones the
+// page does not show.
+func (m queueDetailModel) DeadAPI() string {
+	if m.Group != "" {
+		return "GET /admin/api/topics/" + m.Name + "/groups/" + m.Group + "/dlq?limit=1000"
+	}
+	return "GET /admin/api/queues/" + m.Name + "/dlq?limit=1000"
 }
 
 func toDeadRows(dead []queue.DeadLetter) []deadRow {
@@ -216,12 +231,21 @@ func (s *Server) queueDetail(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, http.StatusNotFound, "queues", "There is no queue or topic group by that name.")
 		return
 	}
-	dead, err := s.opts.Queues.ListDead(ctx, queue.DeadFilter{Queue: name, Group: group, Limit: 100})
+	dead, err := s.opts.Queues.ListDead(ctx, queue.DeadFilter{Queue: name, Group: group, Limit: deadShown})
 	if err != nil {
 		s.failed(w, r, "queues", err)
 		return
 	}
 	m.Dead = toDeadRows(dead)
+	// The page said "Dead letters (100)" for any number above 100: the
+	// total is the statistics' count (read a moment before the list).
+	switch {
+	case m.Queue != nil:
+		m.DeadTotal = m.Queue.Dead
+	case m.Topic != nil:
+		m.DeadTotal = m.Topic.Dead
+	}
+	m.DeadTotal = max(m.DeadTotal, int64(len(m.Dead)))
 	title := "Queue " + name
 	if group != "" {
 		title = "Topic " + name + " · group " + group
