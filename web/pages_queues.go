@@ -147,13 +147,13 @@ type deadRow struct {
 
 // queueDetailModel is one queue's or one topic group's page.
 type queueDetailModel struct {
-	Name    string
-	Group   string // set for a topic's consumer group
-	Self    string // this page, where its forms come back to
-	Queue   *queueRow
-	Topic   *groupRow
-	Live    []liveMessageRow
-	Dead    []deadRow
+	Name  string
+	Group string // set for a topic's consumer group
+	Self  string // this page, where its forms come back to
+	Queue *queueRow
+	Topic *groupRow
+	Live  []liveMessageRow
+	Dead  []deadRow
 	// DeadTotal is how many dead letters there are; Dead holds the oldest
 	// deadShown of them.
 	DeadTotal int64
