@@ -180,14 +180,26 @@ func TestOutboundFaults(t *testing.T) {
 		for chat := int64(55); chat < 58; chat++ {
 			p.fake.AddFault(fakebot.Fault{Kind: fakebot.FaultTooManyRequests, Method: "sendMessage", ChatID: chat, RetryAfter: 2 * time.Second, Times: 1})
 		}
+		var answers []MessageID
 		for _, th := range threads[:3] {
-			p.reply(t, th, "answer")
+			answers = append(answers, p.reply(t, th, "answer"))
 		}
 		calls, err := p.fake.WaitCalls(ctxTimeout(t, 5*time.Second), "sendMessage", 3)
 		if err != nil {
 			t.Fatal(err)
 		}
 		lastThrottle := calls[2].At
+		// The fake records a call when it answers; the outbound pauses the
+		// bot only once it has read the third 429, just before it marks that
+		// reply retrying. A reply queued in between went out unpaused (CI
+		// saw one sent 28 ms after the third 429).
+		for _, a := range answers {
+			var m OmniMessage
+			testwait.Until(t, 5*time.Second, "the throttled reply marked for a retry", func() bool {
+				m = p.message(t, a)
+				return m.Status == StatusRetrying || m.Status == StatusSent && m.Attempts >= 2
+			}, func() string { return fmt.Sprintf("message %d is %s after %d attempts", a, m.Status, m.Attempts) })
+		}
 		id := p.reply(t, threads[3], "to a chat that was never throttled")
 		m := p.waitStatus(t, id, StatusSent, 10*time.Second)
 		if m.SentAt.Sub(lastThrottle) < 1900*time.Millisecond {
