@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"switchyard/demo"
+	"switchyard/store"
 	"switchyard/web"
 )
 
@@ -35,11 +39,18 @@ type demoRun struct {
 // broken or unchecked promise, most journeys of a flow failed.
 var errRunFailed = errors.New("demo: the run failed (see the summary)")
 
-// demoTraffic is demo's own options: the simulated traffic.
+// demoTraffic is demo's own options: the simulated traffic, and whether to
+// start a database given with --db afresh.
 type demoTraffic struct {
 	rate     float64
 	duration time.Duration
+	fresh    bool
 }
+
+// demoDB is the database demo runs on unless told otherwise: a file of its
+// own, started afresh on every run, so that a demo never writes into serve's
+// ./switchyard.db and always begins on the state the tour describes.
+const demoDB = "./switchyard-demo.db"
 
 // options are demo's own options; serve's follow them (demoOptions).
 func (d *demoTraffic) options() []option {
@@ -60,6 +71,14 @@ func (d *demoTraffic) options() []option {
 			d.duration = t
 			return nil
 		}},
+		{"fresh", "", "false", "delete the SQLite file --db names before starting (" + demoDB + ", demo's own, always starts afresh)", func(v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("must be true or false")
+			}
+			d.fresh = b
+			return nil
+		}},
 	}
 }
 
@@ -69,11 +88,13 @@ func demoOptions(d *demoTraffic, c *config) []option {
 	return append(d.options(), demoServeOptions(c)...)
 }
 
-// demoServeOptions are serve's options as demo takes them: the log level
-// defaults to warn, for the progress lines are the show and the log keeps to
-// what needs attention.
+// demoServeOptions are serve's options as demo takes them: the database
+// defaults to demo's own file, the log level to warn (the progress lines are
+// the show and the log keeps to what needs attention), the trace ring to
+// 8,192 spans for the console's search.
 func demoServeOptions(c *config) []option {
-	return withDefault(withDefault(c.options("serve"), "log-level", "warn"), "trace-ring", "8192")
+	opts := withDefault(c.options("serve"), "log-level", "warn")
+	return withDefault(withDefault(opts, "trace-ring", "8192"), "db", demoDB)
 }
 
 // demoCmd is `switchyard demo`: serve with the same flags, on the sandbox Bot
@@ -83,7 +104,7 @@ func demoServeOptions(c *config) []option {
 // It fails when the run failed (demo.Summary.Problems): an invariant broken
 // or not checked, most journeys of a flow failed.
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	rate, duration, rest, err := demoFlags(args)
+	traffic, rest, err := demoFlags(args)
 	if err != nil {
 		return err
 	}
@@ -94,18 +115,54 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := checkDemoConfig(cfg); err != nil {
 		return err
 	}
-	return runDemo(ctx, cfg, demoTraffic{rate: rate, duration: duration}, stdout, stderr)
+	if err := freshDemoDB(cfg.DB, traffic.fresh, stdout); err != nil {
+		return err
+	}
+	return runDemo(ctx, cfg, traffic, stdout, stderr)
 }
 
-// demoFlags takes demo's own options (--rate, --duration) out of args and
-// reads them with parseFlags; the rest of args are serve's options.
-func demoFlags(args []string) (rate float64, duration time.Duration, rest []string, err error) {
-	var d demoTraffic
+// demoFlags takes demo's own options (--rate, --duration, --fresh) out of
+// args and reads them with parseFlags; the rest of args are serve's options.
+func demoFlags(args []string) (d demoTraffic, rest []string, err error) {
 	own, rest := takeOptions(d.options(), args)
 	if _, err := parseFlags("demo", d.options(), own, getenv, io.Discard); err != nil {
-		return 0, 0, nil, err
+		return demoTraffic{}, nil, err
 	}
-	return d.rate, d.duration, rest, nil
+	return d, rest, nil
+}
+
+// freshDemoDB makes sure the demo starts on a fresh database. Demo's own
+// file (demoDB) is deleted, with its WAL, before every run. Another SQLite
+// file that already holds a database is deleted only with --fresh; without
+// it demo refuses, so it never mixes simulated users into a database it was
+// not told to give up. A PostgreSQL database is used as it is: --fresh is
+// refused there, for demo drops nothing on a server (give it an empty
+// database).
+func freshDemoDB(db string, fresh bool, out io.Writer) error {
+	if store.IsPostgresURL(db) {
+		if fresh {
+			return usageError{errors.New("--fresh deletes a SQLite file only; on PostgreSQL give demo an empty database")}
+		}
+		return nil
+	}
+	info, err := os.Stat(db)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	own := filepath.Clean(db) == filepath.Clean(demoDB)
+	if info.Size() > 0 && !own && !fresh {
+		return usageError{fmt.Errorf("%s already holds a database and demo starts on a fresh one: give --db a new file, or add --fresh to delete %s first", db, db)}
+	}
+	for _, f := range []string{db, db + "-wal", db + "-shm", db + "-journal"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("start %s afresh: %w", db, err)
+		}
+	}
+	fmt.Fprintf(out, "demo: starting on a fresh database, %s\n", db)
+	return nil
 }
 
 // checkDemoConfig refuses what the demo must never run with: a real bot

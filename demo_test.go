@@ -3,9 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -169,12 +172,12 @@ func TestDemoCommand(t *testing.T) {
 
 func TestDemoFlags(t *testing.T) {
 	t.Parallel()
-	rate, d, rest, err := demoFlags([]string{"--db", "x.db", "--rate=2.5", "-duration", "90s", "--addr", ":0"})
-	if err != nil || rate != 2.5 || d != 90*time.Second || strings.Join(rest, " ") != "--db x.db --addr :0" {
-		t.Fatalf("got rate %v, duration %v, rest %q, err %v", rate, d, rest, err)
+	d, rest, err := demoFlags([]string{"--db", "x.db", "--rate=2.5", "-duration", "90s", "--fresh", "--addr", ":0"})
+	if err != nil || d.rate != 2.5 || d.duration != 90*time.Second || !d.fresh || strings.Join(rest, " ") != "--db x.db --addr :0" {
+		t.Fatalf("got %+v, rest %q, err %v", d, rest, err)
 	}
-	for _, bad := range [][]string{{"--rate", "0"}, {"--rate", "many"}, {"--duration", "-1s"}, {"--rate"}} {
-		if _, _, _, err := demoFlags(bad); err == nil {
+	for _, bad := range [][]string{{"--rate", "0"}, {"--rate", "many"}, {"--duration", "-1s"}, {"--rate"}, {"--fresh=perhaps"}} {
+		if _, _, err := demoFlags(bad); err == nil {
 			t.Errorf("%q was accepted", bad)
 		}
 	}
@@ -187,5 +190,85 @@ func TestDemoFlags(t *testing.T) {
 			t.Fatalf("demo with a bot token: %v\n%s", err, out)
 		}
 		assertUntouched(t, db)
+	})
+}
+
+// TestDemoStartsOnAFreshDatabase: demo's own file is started afresh on
+// every run; a database file it was given is refused (exit 2, the file
+// untouched) unless --fresh says to delete it.
+func TestDemoStartsOnAFreshDatabase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	full := func(name string) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		for _, f := range []string{path, path + "-wal"} {
+			if err := os.WriteFile(f, []byte("a database"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return path
+	}
+	gone := func(path string) {
+		t.Helper()
+		for _, f := range []string{path, path + "-wal"} {
+			if _, err := os.Stat(f); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s is still there (%v)", f, err)
+			}
+		}
+	}
+
+	t.Run("a database it was given is refused, exit 2, and left as it was", func(t *testing.T) {
+		db := full("mine.db")
+		cmd := exec.Command(binary(t), "demo", "--addr", "127.0.0.1:0", "--db", db)
+		cmd.Env = os.Environ()
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "--fresh") {
+			t.Fatalf("demo on an existing database: %v\n%s", err, out)
+		}
+		if b, err := os.ReadFile(db); err != nil || string(b) != "a database" {
+			t.Fatalf("the database was touched: %q, %v", b, err)
+		}
+	})
+	t.Run("--fresh deletes the file and its WAL", func(t *testing.T) {
+		db := full("fresh.db")
+		var out strings.Builder
+		if err := freshDemoDB(db, true, &out); err != nil {
+			t.Fatal(err)
+		}
+		gone(db)
+		if !strings.Contains(out.String(), "fresh database") {
+			t.Errorf("it did not say so: %q", out.String())
+		}
+	})
+	t.Run("demo's own file starts afresh without asking", func(t *testing.T) {
+		own := full(filepath.Base(demoDB))
+		cmd := exec.Command(binary(t), "demo", "--addr", "127.0.0.1:0", "--duration", "1s")
+		cmd.Dir, cmd.Env, cmd.Stderr = dir, os.Environ(), io.Discard
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() && !strings.HasPrefix(sc.Text(), "demo: starting on a fresh database, "+demoDB) {
+		}
+		if b, err := os.ReadFile(own); err == nil && string(b) == "a database" {
+			t.Fatal("demo's own file still holds the old database")
+		}
+	})
+	t.Run("a missing file is simply created later", func(t *testing.T) {
+		if err := freshDemoDB(filepath.Join(dir, "new.db"), false, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("--fresh is refused on PostgreSQL", func(t *testing.T) {
+		if err := freshDemoDB("postgres://u@localhost/db", true, io.Discard); err == nil {
+			t.Fatal("--fresh on a PostgreSQL URL was accepted")
+		}
 	})
 }
