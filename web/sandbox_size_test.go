@@ -122,6 +122,12 @@ func TestSandboxPageStaysSmall(t *testing.T) {
 				id, _ := s.Attr("id")
 				seen[id]++
 			})
+			if pages == 2 {
+				back, _ := doc.Find(`[data-testid="sandbox-bot-onboarding"] article.tg-chat input[name="back"]`).First().Attr("value")
+				if !strings.HasPrefix(back, path+"#chat-onboarding-") {
+					t.Errorf("a chat on %s returns its forms to %q, not to the page it is on", path, back)
+				}
+			}
 			path, _ = tid(doc, "sandbox-older-onboarding").Attr("href")
 			if pages > users {
 				t.Fatal("the older-chats links do not end")
