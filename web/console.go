@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -106,8 +108,43 @@ func (s *Server) renderStatus(w http.ResponseWriter, r *http.Request, status int
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	if isFragmentRequest(r) && status == http.StatusOK && liveUnchanged(w, r, buf.Bytes()) {
+		return
+	}
 	w.WriteHeader(status)
 	_, _ = buf.WriteTo(w)
+}
+
+// liveUnchanged tags a live fragment with an ETag over its bytes and, when
+// the poll's If-None-Match (the tag of the fragment the page shows, which
+// console.js sends back) names it, answers 304 with no body: polling a page
+// where nothing changed costs the client a few header bytes and no swap.
+// Cache-Control stays no-store, so the browser keeps no copy of its own: a
+// 304 reaches only the script that asked (it skips the swap), and a page
+// loaded after an action is always rendered afresh.
+func liveUnchanged(w http.ResponseWriter, r *http.Request, fragment []byte) bool {
+	h := fnv.New64a()
+	_, _ = h.Write(fragment)
+	tag := `"` + strconv.FormatUint(h.Sum64(), 36) + `"`
+	w.Header().Set("ETag", tag)
+	if !etagMatches(r.Header.Get("If-None-Match"), tag) {
+		return false
+	}
+	w.Header().Del("Content-Type")
+	w.WriteHeader(http.StatusNotModified)
+	return true
+}
+
+// etagMatches reports whether an If-None-Match header names tag (weak
+// comparison, as RFC 9110 asks of If-None-Match).
+func etagMatches(header, tag string) bool {
+	for _, t := range strings.Split(header, ",") {
+		t = strings.TrimPrefix(strings.TrimSpace(t), "W/")
+		if t == tag || t == "*" {
+			return true
+		}
+	}
+	return false
 }
 
 // problem renders a page that only says what went wrong, with status.

@@ -25,7 +25,8 @@ import (
 // message the page shows.
 type sandboxOps interface {
 	Bots() []sandbox.Bot
-	View(bot string) (fakebot.BotView, error)
+	Window(bot string, w fakebot.Window) (fakebot.ChatPage, error)
+	Chat(bot, connID string, chatID int64, before, n int) (fakebot.ChatView, error)
 	User(id int64, firstName string) (telego.User, error)
 	Start(bot string, u telego.User, payload string) (telego.Message, error)
 	Send(bot string, u telego.User, text string) (telego.Message, error)
@@ -35,12 +36,31 @@ type sandboxOps interface {
 	BusinessMessage(connID string, customer telego.User, text string) (telego.Message, error)
 }
 
-// sandboxModel is the Sandbox page: each sandboxed bot with its chats.
+// The Sandbox page shows a window of the sandbox however long it has run (a
+// demo of a few minutes makes thousands of chats): each bot's latest chats
+// with their latest messages, older ones a link away. Its URL says the
+// window — bot and before (a chat's position) page a bot's chats; bot, chat,
+// conn and before (a message id) open one chat and page its messages — so
+// the live region polls the same window.
+const (
+	sandboxChatsPerPage    = 10 // chats of a bot on the page
+	sandboxMessagesPerChat = 5  // latest messages of each chat in the list
+	sandboxMessagesPerPage = 30 // messages of the one chat opened
+)
+
+// sandboxModel is the Sandbox page: each sandboxed bot with a window of its
+// chats, or one chat opened.
 type sandboxModel struct {
 	Bots        []sandboxBot
 	Connections []sandboxConn
 	ChatBot     bool
 	Onboarding  bool
+	// Open is the one chat the URL opened, of the bot OpenRole; Bots then
+	// hold no chats.
+	Open     *sandboxChat
+	OpenRole string
+	// Missing says why the chat the URL names is not shown.
+	Missing string
 }
 
 type sandboxBot struct {
@@ -49,6 +69,10 @@ type sandboxBot struct {
 	Username string
 	Pending  int
 	Chats    []sandboxChat
+	// ChatCount is every chat of the bot; Older the chats before the
+	// window, NewerHref and OlderHref the windows next to it ("" at an end).
+	ChatCount, Older     int
+	NewerHref, OlderHref string
 }
 
 type sandboxConn struct {
@@ -66,6 +90,14 @@ type sandboxChat struct {
 	Private   bool
 	Blocked   bool
 	Messages  []sandboxMessage
+	// Back is where the chat's forms return: the page as it is, at the chat.
+	Back string
+	// MessageCount is every message of the chat; Earlier and Later those
+	// before and after the ones shown.
+	MessageCount, Earlier, Later int
+	// OpenHref opens the chat alone; EarlierHref and LaterHref page its
+	// messages there ("" at an end).
+	OpenHref, EarlierHref, LaterHref string
 }
 
 type sandboxMessage struct {
@@ -89,7 +121,24 @@ var sandboxLabels = map[string]string{
 	sandbox.BotChat:       "Chat platform bot (Telegram Business)",
 }
 
-func sandboxPageModel(sb sandboxOps) sandboxModel {
+// sandboxQuery is the window a Sandbox page URL asks for.
+type sandboxQuery struct {
+	self   string // the page's URL
+	bot    string // the bot whose chats are paged or whose chat is open
+	chat   int64  // the open chat's id; 0 lists chats
+	conn   string // the open chat's business connection
+	before int    // a chat's position (listing) or a message id (open chat)
+}
+
+func parseSandboxQuery(self string, q url.Values) sandboxQuery {
+	sq := sandboxQuery{self: self, bot: q.Get("bot"), conn: q.Get("conn")}
+	sq.chat, _ = strconv.ParseInt(q.Get("chat"), 10, 64)
+	sq.before, _ = strconv.Atoi(q.Get("before"))
+	sq.before = max(sq.before, 0)
+	return sq
+}
+
+func sandboxPageModel(sb sandboxOps, q sandboxQuery) sandboxModel {
 	var m sandboxModel
 	for _, bt := range sb.Bots() {
 		switch bt.Name {
@@ -98,13 +147,34 @@ func sandboxPageModel(sb sandboxOps) sandboxModel {
 		case sandbox.BotChat:
 			m.ChatBot = true
 		}
-		v, err := sb.View(bt.Name)
+		w := fakebot.Window{Chats: sandboxChatsPerPage, Messages: sandboxMessagesPerChat}
+		if q.chat != 0 {
+			w.Chats = -1 // the bot's header and connections only
+		} else if q.bot == bt.Name {
+			w.Before = q.before
+		}
+		v, err := sb.Window(bt.Name, w)
 		if err != nil {
 			continue
 		}
-		b := sandboxBot{Role: bt.Name, Label: sandboxLabels[bt.Name], Username: v.Username, Pending: v.PendingUpdates}
+		b := sandboxBot{Role: bt.Name, Label: sandboxLabels[bt.Name], Username: v.Username, Pending: v.PendingUpdates,
+			ChatCount: v.ChatCount, Older: v.Older}
 		for _, c := range v.Chats {
-			b.Chats = append(b.Chats, toSandboxChat(bt.Name, c))
+			sc := toSandboxChat(bt.Name, c)
+			sc.Back = sandboxBack(q.self, sc.Anchor)
+			b.Chats = append(b.Chats, sc)
+		}
+		if n := len(v.Chats); n > 0 {
+			if newest := v.Chats[0].Seq; newest < v.ChatCount {
+				before := 0 // the newest window
+				if newest+sandboxChatsPerPage < v.ChatCount {
+					before = newest + sandboxChatsPerPage + 1
+				}
+				b.NewerHref = sandboxHref(url.Values{"bot": {bt.Name}}, before)
+			}
+			if oldest := v.Chats[n-1].Seq; oldest > 1 {
+				b.OlderHref = sandboxHref(url.Values{"bot": {bt.Name}}, oldest)
+			}
 		}
 		if bt.Name == sandbox.BotChat {
 			for _, c := range v.Connections {
@@ -113,19 +183,61 @@ func sandboxPageModel(sb sandboxOps) sandboxModel {
 					CanReply: c.Rights != nil && c.Rights.CanReply})
 			}
 		}
+		if q.chat != 0 && q.bot == bt.Name {
+			c, err := sb.Chat(bt.Name, q.conn, q.chat, q.before, sandboxMessagesPerPage)
+			if err != nil {
+				m.Missing = "The sandbox has no such chat."
+			} else {
+				sc := toSandboxChat(bt.Name, c)
+				sc.Back = sandboxBack(q.self, sc.Anchor)
+				m.Open, m.OpenRole = &sc, bt.Name
+			}
+		}
 		m.Bots = append(m.Bots, b)
+	}
+	if q.chat != 0 && m.Open == nil && m.Missing == "" {
+		m.Missing = "The sandbox has no such bot."
 	}
 	return m
 }
 
+// sandboxHref is the Sandbox page at the window of v, with before when set.
+func sandboxHref(v url.Values, before int) string {
+	if before > 0 {
+		v.Set("before", strconv.Itoa(before))
+	}
+	return "/admin/sandbox?" + v.Encode()
+}
+
+// toSandboxChat is a chat of the bot role; its forms return to the page's
+// first window until the caller says otherwise (Back).
 func toSandboxChat(role string, c fakebot.ChatView) sandboxChat {
 	sc := sandboxChat{
 		Anchor: "chat-" + role + "-" + strconv.FormatInt(c.ID, 10), Title: c.Title,
 		UserID: strconv.FormatInt(c.User.ID, 10), FirstName: c.User.FirstName,
 		Business: c.BusinessConnectionID, Private: c.Type == "private", Blocked: c.Blocked,
+		MessageCount: c.MessageCount, Earlier: c.Earlier, Later: c.Later,
 	}
 	if c.BusinessConnectionID != "" {
 		sc.Anchor += "-" + c.BusinessConnectionID
+	}
+	sc.Back = sandboxBack("/admin/sandbox", sc.Anchor)
+	at := url.Values{"bot": {role}, "chat": {strconv.FormatInt(c.ID, 10)}}
+	if c.BusinessConnectionID != "" {
+		at.Set("conn", c.BusinessConnectionID)
+	}
+	sc.OpenHref = sandboxHref(at, 0)
+	if n := len(c.Messages); n > 0 {
+		if c.Earlier > 0 {
+			sc.EarlierHref = sandboxHref(url.Values{"bot": at["bot"], "chat": at["chat"], "conn": at["conn"]}, c.Messages[0].ID)
+		}
+		if c.Later > 0 {
+			before := 0 // the latest messages
+			if c.Later > sandboxMessagesPerPage {
+				before = c.Messages[n-1].ID + sandboxMessagesPerPage + 1
+			}
+			sc.LaterHref = sandboxHref(url.Values{"bot": at["bot"], "chat": at["chat"], "conn": at["conn"]}, before)
+		}
 	}
 	for _, msg := range c.Messages {
 		sm := sandboxMessage{
@@ -142,6 +254,18 @@ func toSandboxChat(role string, c fakebot.ChatView) sandboxChat {
 		sc.Messages = append(sc.Messages, sm)
 	}
 	return sc
+}
+
+// sandboxBack is the page self at a chat's anchor: where the chat's forms
+// return, so an action on an older chat lands where the operator was.
+func sandboxBack(self, anchor string) string {
+	if i := strings.IndexByte(self, '#'); i >= 0 {
+		self = self[:i]
+	}
+	if !strings.HasPrefix(self, "/admin/sandbox") {
+		self = "/admin/sandbox"
+	}
+	return self + "#" + url.PathEscape(anchor)
 }
 
 func (s *Server) sandboxConsoleRoutes(r *mux.Router) {
@@ -192,7 +316,8 @@ func (s *Server) sandboxConsoleRoutes(r *mux.Router) {
 }
 
 func (s *Server) sandboxPage(w http.ResponseWriter, r *http.Request) {
-	s.render(w, r, sandboxPage(s.newPage(w, r, "Sandbox", "sandbox"), sandboxPageModel(s.opts.Sandbox)))
+	p := s.newPage(w, r, "Sandbox", "sandbox")
+	s.render(w, r, sandboxPage(p, sandboxPageModel(s.opts.Sandbox, parseSandboxQuery(p.Self, r.URL.Query()))))
 }
 
 // sandboxAct wraps a console sandbox action: it reads the form's user
@@ -221,6 +346,3 @@ func (s *Server) sandboxAct(act func(sb sandboxOps, r *http.Request, u telego.Us
 		s.actionFailed(w, r, back, err, false)
 	}
 }
-
-// sandboxAnchorHref is the sandbox page at one chat.
-func sandboxAnchorHref(anchor string) string { return "/admin/sandbox#" + url.PathEscape(anchor) }

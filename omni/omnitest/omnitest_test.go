@@ -39,3 +39,35 @@ func TestThread(t *testing.T) {
 		}
 	})
 }
+
+func TestThreads(t *testing.T) {
+	t.Parallel()
+	t.Run("seeded threads are open, newest first, each with its customer's message and the reply", func(t *testing.T) {
+		t.Parallel()
+		db := storetest.New(t)
+		newest := time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)
+		omnitest.Threads(t, db, "seed-", 1_234, newest) // more than one batch, the last one short
+		admin := omni.NewAdmin(omni.AdminOpts{DB: db})
+		c, err := admin.Counts(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.OpenThreads != 1_234 || c.Unread == 0 || c.Unread >= 1_234 {
+			t.Fatalf("counts %+v, want 1234 open threads, some of them unread", c)
+		}
+		threads, err := admin.ListThreads(context.Background(), omni.ThreadFilter{Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(threads) != 2 || threads[0].Contact.ProviderUserID != "seed-1233" || !threads[0].LastMessageAt.Equal(newest) {
+			t.Fatalf("threads %+v, want seed-1233's first, last active at %v", threads, newest)
+		}
+		msgs, err := admin.ListMessages(context.Background(), threads[0].ID, omni.MessageFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) != 2 || msgs[0].Direction != omni.DirectionInbound || msgs[1].Direction != omni.DirectionOutbound {
+			t.Fatalf("messages %+v, want the customer's and the reply", msgs)
+		}
+	})
+}

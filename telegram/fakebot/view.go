@@ -30,6 +30,13 @@ type ChatView struct {
 	User                 telego.User // the user on the other side; zero for groups
 	Blocked              bool        // the user blocked the bot
 	Messages             []MessageView
+	// Seq is the chat's position in the order the bot's chats began (from
+	// 1); set by ViewWindow and ChatWindow.
+	Seq int
+	// MessageCount is how many messages the chat holds; Earlier and Later
+	// how many of them are before and after Messages (ViewWindow and
+	// ChatWindow return part of a chat).
+	MessageCount, Earlier, Later int
 }
 
 // Sender says who wrote a message.

@@ -81,6 +81,28 @@ func (sb *Sandbox) View(name string) (fakebot.BotView, error) {
 	return b.View()
 }
 
+// Window is part of what the named bot's users see: w's chats, newest
+// first, each with its latest messages (a page of the console at any size).
+func (sb *Sandbox) Window(name string, w fakebot.Window) (fakebot.ChatPage, error) {
+	b, err := sb.bot(name)
+	if err != nil {
+		return fakebot.ChatPage{}, err
+	}
+	return b.ViewWindow(w)
+}
+
+// Chat is one chat of the named bot — the user's private chat, or with
+// connID the customer's business chat — with its latest n messages (0: all)
+// sent before the message before (0: up to the newest).
+func (sb *Sandbox) Chat(name, connID string, chatID int64, before, n int) (fakebot.ChatView, error) {
+	b, err := sb.bot(name)
+	if err != nil {
+		return fakebot.ChatView{}, err
+	}
+	c, err := b.ChatWindow(connID, chatID, before, n)
+	return c, refusal(err)
+}
+
 // defaultBusinessOwner connects the chat bot to a business account when a
 // customer writes and no connection exists yet.
 var defaultBusinessOwner = telego.User{ID: 100000, FirstName: "Sandbox", LastName: "Shop", Username: "sandbox_shop"}

@@ -50,3 +50,44 @@
     });
   });
 })();
+
+// ---- Live refresh: only what changed (issue 20) ----------------------------
+// Each poll of a live region sends back, as If-None-Match, the ETag of the
+// fragment the region shows; the server answers 304 with no body when the
+// fragment is the same. htmx 2 would swap that empty body in like any 2xx/3xx
+// answer and blank the region, so a 304 is kept from swapping here.
+(function () {
+  "use strict";
+
+  function liveRegion(elt) {
+    return elt && elt.classList && elt.classList.contains("live") ? elt : null;
+  }
+
+  document.addEventListener("htmx:configRequest", function (evt) {
+    var region = liveRegion(evt.detail.elt);
+    if (region && region.dataset.etag) {
+      evt.detail.headers["If-None-Match"] = region.dataset.etag;
+    }
+  });
+
+  document.addEventListener("htmx:beforeSwap", function (evt) {
+    var region = liveRegion(evt.detail.elt);
+    var xhr = evt.detail.xhr;
+    if (!region || !xhr) {
+      return;
+    }
+    if (xhr.status === 304) {
+      evt.detail.shouldSwap = false;
+      return;
+    }
+    if (xhr.status === 200) {
+      var tag = xhr.getResponseHeader("ETag");
+      if (tag) {
+        region.dataset.etag = tag;
+      } else {
+        delete region.dataset.etag;
+      }
+    }
+  });
+})();
+// ---- end of live refresh ----------------------------------------------------
