@@ -152,9 +152,9 @@ type chartModel struct {
 	Height int
 	// PlotLeft, PlotRight, PlotTop and Base bound the bars' area.
 	PlotLeft, PlotRight, PlotTop, Base, PlotHeight string
-	Bars                               []chartBar
-	YTicks, XTicks                     []chartTick
-	Legend                             []chartLegend
+	Bars                                           []chartBar
+	YTicks, XTicks                                 []chartTick
+	Legend                                         []chartLegend
 	// Top is the value axis's top; Total sums every bar.
 	Top, Total int64
 	// Peaks are the busiest minute of each series the card's numbers count,
