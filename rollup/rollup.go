@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"switchyard/store"
@@ -80,6 +81,17 @@ type Rollups struct {
 	opts   Opts
 	log    *slog.Logger
 	series []Series // the sources' keys, sorted
+	// done keeps the buckets read whole from the rollups: a bucket all of
+	// whose minutes are rolled up never changes, so a chart polled again
+	// reads only its newest buckets.
+	mu   sync.Mutex
+	done map[doneKey]Bucket
+}
+
+type doneKey struct {
+	sr    Series
+	step  minute
+	start minute
 }
 
 // New returns Rollups over opts.Sources; a nil DB panics.
@@ -313,9 +325,22 @@ func (r *Rollups) Buckets(ctx context.Context, q Query) ([]Bucket, error) {
 	if ok {
 		rolled = min(max(wm+1, from), to)
 	}
-	if rolled > from {
-		if err := r.readRolled(ctx, q.Series, from, rolled, step, out); err != nil {
+	// The buckets kept whole, then the rest of the rolled-up minutes.
+	read := from
+	for i := range out {
+		b, ok := r.cached(doneKey{q.Series, step, from + step*minute(i)})
+		if !ok || from+step*minute(i+1) > rolled {
+			break
+		}
+		out[i] = b
+		read = from + step*minute(i+1)
+	}
+	if rolled > read {
+		if err := r.readRolled(ctx, q.Series, read, rolled, step, out[(read-from)/step:]); err != nil {
 			return nil, err
+		}
+		for i := (read - from) / step; i < minute(len(out)) && from+step*(i+1) <= rolled; i++ {
+			r.keep(doneKey{q.Series, step, from + step*i}, out[i])
 		}
 	}
 	count, ok := r.opts.Sources[q.Series]
@@ -348,6 +373,26 @@ func (r *Rollups) Buckets(ctx context.Context, q Query) ([]Bucket, error) {
 		out[i].Peak = max(out[i].Peak, n)
 	}
 	return out, nil
+}
+
+func (r *Rollups) cached(k doneKey) (Bucket, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.done[k]
+	return b, ok
+}
+
+// keepBuckets is how many whole buckets Rollups keeps: more than the
+// console's charts show of every series, range and step.
+const keepBuckets = 4096
+
+func (r *Rollups) keep(k doneKey, b Bucket) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done == nil || len(r.done) >= keepBuckets {
+		r.done = make(map[doneKey]Bucket) // forget them all: the next reads fill it again
+	}
+	r.done[k] = b
 }
 
 func (r *Rollups) readRolled(ctx context.Context, sr Series, from, to, step minute, out []Bucket) error {
