@@ -153,6 +153,7 @@ func (c *config) httpOptions() []option {
 // retentionConfig is the retention runner's settings.
 type retentionConfig struct {
 	WebhookLedger, DeadLetters, Outbox, ReferralMarks, TopicRecords, BotUpdates, Deliveries, ChatMessages, QueueKeys, QueueFailures time.Duration
+	Rollups                                                                                                                         time.Duration
 	Interval                                                                                                                        time.Duration
 }
 
@@ -170,6 +171,7 @@ func (r *retentionConfig) options() []option {
 		{"retention-chat-messages", "SWITCHYARD_RETENTION_CHAT_MESSAGES", "0", "how long finished chat messages are kept (each thread keeps its newest inbound and outbound one)" + keep, setDuration(&r.ChatMessages)},
 		{"retention-queue-keys", "SWITCHYARD_RETENTION_QUEUE_KEYS", "168h", "how long a queue remembers a send's idempotency key (a webhook's update id on receiver.flow), so that the same send again is refused; keep it at least 24h" + keep, setDuration(&r.QueueKeys)},
 		{"retention-queue-failures", "SWITCHYARD_RETENTION_QUEUE_FAILURES", "168h", "how long the attempt history of queue messages and topic records (queue_failures) is kept" + keep, setDuration(&r.QueueFailures)},
+		{"retention-rollups", "SWITCHYARD_RETENTION_ROLLUPS", "720h", "how long the console's throughput per minute (rollup_minutes) is kept; the charts reach back 7 days" + keep, setDuration(&r.Rollups)},
 		{"retention-interval", "SWITCHYARD_RETENTION_INTERVAL", "1m", "how often the prune pass runs (in one process of the database at a time)", setPositiveDuration(&r.Interval, "1m")},
 	}
 }

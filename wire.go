@@ -14,6 +14,7 @@ import (
 	"switchyard/queue"
 	"switchyard/referral"
 	"switchyard/retention"
+	"switchyard/rollup"
 	"switchyard/store"
 	"switchyard/telegram"
 	tgsandbox "switchyard/telegram/sandbox"
@@ -101,7 +102,8 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	}
 	chat, chatPart := wireChat(w, sb)
 	dw, demoPart := wireDemo(w, sb, run)
-	rt, retentionPart := wireRetention(w, queues, be, ref, chat)
+	ru, rollupPart := wireRollups(w, be, ref, chat)
+	rt, retentionPart := wireRetention(w, queues, be, ref, chat, ru)
 	sampler, alertsPart := wireAlerts(w)
 
 	// The console's domain objects; a page whose object is unset says its
@@ -109,6 +111,7 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	wo := consoleOptions(w)
 	wo.Queues, wo.Outbox, wo.Referral, wo.Chat = queues, be.Outbox(), ref, chat
 	wo.Retention = rt
+	wo.Rollups = ru
 	wo.AlertCounters = sampler
 	// The funnel's counts are read from the database in any process.
 	wo.Funnel = onboarding.NewStats(w.db)
@@ -126,7 +129,7 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	if dw != nil {
 		wo.Demo = demoSwitch{ctl: dw.Controller(), log: log.With(slog.String("subsystem", "demo"))}
 	}
-	return assemble(wo, queuesPart, sandboxPart, botPart, referralPart, chatPart, demoPart, retentionPart, alertsPart), nil
+	return assemble(wo, queuesPart, sandboxPart, botPart, referralPart, chatPart, demoPart, rollupPart, retentionPart, alertsPart), nil
 }
 
 // consoleOptions are the console's own settings, before the subsystems'
@@ -330,9 +333,23 @@ func wireDemo(w wiring, sb *sandbox, run *demoRun) (*demoWorker, part) {
 	return dw, part{workers: []worker{dw}}
 }
 
+// wireRollups wires the console's throughput per minute (rollup/): every
+// process runs it, one at a time rolls up, from each series' owner.
+func wireRollups(w wiring, be *backend.Service, ref *referral.Service, chat *omni.Admin) (*rollup.Rollups, part) {
+	ru := rollup.New(rollup.Opts{DB: w.db, Logger: w.log.With(slog.String("subsystem", "rollup")),
+		Sources: map[rollup.Series]rollup.CountFunc{
+			rollup.OutboxHandled:    be.Outbox().CountHandled,
+			rollup.IdentityConsumed: ref.ConsumedBetween,
+			rollup.BondsCreated:     ref.BondsBetween,
+			rollup.ChatInbound:      chat.InboundBetween,
+			rollup.ChatOutbound:     chat.OutboundBetween,
+		}})
+	return ru, part{workers: []worker{ru}}
+}
+
 // wireRetention wires the retention runner (retention/): every process runs
 // it, one at a time prunes, each rule by its --retention-* option.
-func wireRetention(w wiring, qa *queue.Admin, be *backend.Service, ref *referral.Service, chat *omni.Admin) (*retention.Runner, part) {
+func wireRetention(w wiring, qa *queue.Admin, be *backend.Service, ref *referral.Service, chat *omni.Admin, ru *rollup.Rollups) (*retention.Runner, part) {
 	r := w.cfg.Retention
 	db := w.db
 	rule := func(name string, keep time.Duration, parts ...retention.Part) retention.Rule {
@@ -354,6 +371,7 @@ func wireRetention(w wiring, qa *queue.Admin, be *backend.Service, ref *referral
 		rule("chat-messages", r.ChatMessages, retention.Part{Table: omni.MessagesTable, Prune: chat.PruneMessages}),
 		rule("queue-keys", r.QueueKeys, retention.Part{Table: queue.KeysTable, Prune: qa.PruneKeys}),
 		rule("queue-failures", r.QueueFailures, retention.Part{Table: queue.FailuresTable, Prune: qa.PruneFailures}),
+		rule("rollups", r.Rollups, retention.Part{Table: rollup.Table, Prune: ru.Prune}),
 	}
 	log := w.log.With(slog.String("subsystem", "retention"))
 	if keep := r.WebhookLedger; keep > 0 && keep < 24*time.Hour {

@@ -21,6 +21,7 @@
 //	00017 indexes of the console's search
 //	00018 omni: the trace context of inbound updates and messages
 //	00019 referral: the trace context of processed events and bonds
+//	00022 rollup: the console's throughput per minute
 //
 // The postgres/ folder holds the same versions, file for file, for
 // PostgreSQL (PostgresFS): the same tables, columns, keys and indexes, with

@@ -8,6 +8,7 @@ import (
 
 	"switchyard/bot/backend"
 	"switchyard/referral"
+	"switchyard/rollup"
 	"switchyard/store"
 )
 
@@ -32,12 +33,14 @@ type overviewModel struct {
 	Retention *retentionModel
 	// Alerts are the alert rules' conditions that hold now.
 	Alerts alertsModel
+	// Range is the charts' range switch (?range=).
+	Range []stateTab
 }
 
 // botSummary is the bot outbox's card.
 type botSummary struct {
 	Pending, Retrying, Dead int64
-	PerMinute               int64 // events handled in the last 60 s
+	PerMinute               int64 // events handled in now's minute so far
 	Chart                   chartModel
 }
 
@@ -47,14 +50,14 @@ type referralSummary struct {
 	OldestAge time.Duration
 	Bonds     int64
 	DLQ       int64
-	PerMinute int64 // identity events consumed in the last 60 s
+	PerMinute int64 // identity events consumed in now's minute so far
 	Chart     chartModel
 }
 
 // chatSummary is the chat platform's card.
 type chatSummary struct {
 	Open, Unread             int64
-	InboundPerMin, OutPerMin int64
+	InboundPerMin, OutPerMin int64 // messages of now's minute so far
 	Failed                   int64
 	Chart                    chartModel
 }
@@ -88,16 +91,18 @@ func (s *Server) overviewModel(r *http.Request) (overviewModel, error) {
 	}
 
 	var err error
-	if m.Bot, err = s.botSummary(ctx, now); err != nil {
+	rg := rangeOf(r)
+	m.Range = rangeTabs("/admin", rg)
+	if m.Bot, err = s.botSummary(ctx, now, rg); err != nil {
 		return m, err
 	}
-	if m.Referral, err = s.referralSummary(ctx, now); err != nil {
+	if m.Referral, err = s.referralSummary(ctx, now, rg); err != nil {
 		return m, err
 	}
 	if g, ok := groupOf(st, referral.TopicIdentityUsers, referral.ConsumerGroup); ok {
 		m.Referral.Lag, m.Referral.DLQ, m.Referral.OldestAge = g.Lag, g.Dead, g.OldestAge
 	}
-	if m.Chat, err = s.chatSummary(ctx, now); err != nil {
+	if m.Chat, err = s.chatSummary(ctx, now, rg); err != nil {
 		return m, err
 	}
 	if m.Retention, err = s.retentionView(ctx, now); err != nil {
@@ -109,7 +114,7 @@ func (s *Server) overviewModel(r *http.Request) (overviewModel, error) {
 	return m, nil
 }
 
-func (s *Server) botSummary(ctx context.Context, now time.Time) (botSummary, error) {
+func (s *Server) botSummary(ctx context.Context, now time.Time, rg chartRange) (botSummary, error) {
 	var b botSummary
 	c := backend.Counts{}
 	if s.opts.Outbox != nil {
@@ -120,19 +125,20 @@ func (s *Server) botSummary(ctx context.Context, now time.Time) (botSummary, err
 	}
 	var err error
 	b.Pending, b.Retrying, b.Dead = c.Pending, c.Retrying, c.Dead
-	if b.PerMinute, err = s.since(ctx, outboxHandled, now.Add(-time.Minute)); err != nil {
+	if b.PerMinute, err = s.thisMinute(ctx, outboxHandled, now); err != nil {
 		return b, err
 	}
-	handled, err := s.perMinute(ctx, outboxHandled, now)
+	handled, err := s.buckets(ctx, outboxHandled, rg, now)
 	if err != nil {
 		return b, err
 	}
-	b.Chart = buildChart("chart-bot", "Outbox events handled per minute, last 30 minutes", now,
-		chartSeries{Label: "handled", Class: "s1", Counts: handled})
+	sr := chartSeries{Label: "handled", Class: "s1", Buckets: handled}
+	b.Chart = buildChart(chartSpec{Testid: "chart-bot", Title: "Outbox events handled", Range: rg, From: rg.from(now),
+		Stack: []chartSeries{sr}, Peaks: []chartSeries{{Buckets: handled}}})
 	return b, nil
 }
 
-func (s *Server) referralSummary(ctx context.Context, now time.Time) (referralSummary, error) {
+func (s *Server) referralSummary(ctx context.Context, now time.Time, rg chartRange) (referralSummary, error) {
 	var ref referralSummary
 	var err error
 	if s.opts.Referral != nil {
@@ -140,29 +146,32 @@ func (s *Server) referralSummary(ctx context.Context, now time.Time) (referralSu
 			return ref, err
 		}
 	}
-	if ref.PerMinute, err = s.since(ctx, identityConsumed, now.Add(-time.Minute)); err != nil {
+	if ref.PerMinute, err = s.thisMinute(ctx, identityConsumed, now); err != nil {
 		return ref, err
 	}
-	consumed, err := s.perMinute(ctx, identityConsumed, now)
+	consumed, err := s.buckets(ctx, identityConsumed, rg, now)
 	if err != nil {
 		return ref, err
 	}
-	bonds, err := s.perMinute(ctx, bondsCreated, now)
+	bonds, err := s.buckets(ctx, bondsCreated, rg, now)
 	if err != nil {
 		return ref, err
 	}
 	// A bond is also a consumed event: the chart stacks bonds on the rest.
-	rest := make(map[string]int64, len(consumed))
-	for k, n := range consumed {
-		rest[k] = max(n-bonds[k], 0)
+	rest := make([]rollup.Bucket, len(consumed))
+	for i, b := range consumed {
+		rest[i] = b
+		if i < len(bonds) {
+			rest[i].Sum = max(b.Sum-bonds[i].Sum, 0)
+		}
 	}
-	ref.Chart = buildChart("chart-referral", "Identity events consumed per minute (bonds created in green), last 30 minutes", now,
-		chartSeries{Label: "bond created", Class: "s2", Counts: bonds},
-		chartSeries{Label: "other events", Class: "s1", Counts: rest})
+	ref.Chart = buildChart(chartSpec{Testid: "chart-referral", Title: "Identity events consumed (bonds created in green)", Range: rg, From: rg.from(now),
+		Stack: []chartSeries{{Label: "bonds created", Class: "s2", Buckets: bonds}, {Label: "other events", Class: "s1", Buckets: rest}},
+		Peaks: []chartSeries{{Buckets: consumed}}})
 	return ref, nil
 }
 
-func (s *Server) chatSummary(ctx context.Context, now time.Time) (chatSummary, error) {
+func (s *Server) chatSummary(ctx context.Context, now time.Time, rg chartRange) (chatSummary, error) {
 	var c chatSummary
 	var err error
 	if s.opts.Chat != nil {
@@ -172,23 +181,22 @@ func (s *Server) chatSummary(ctx context.Context, now time.Time) (chatSummary, e
 		}
 		c.Open, c.Unread, c.Failed = cc.OpenThreads, cc.Unread, cc.Failed
 	}
-	minuteAgo := now.Add(-time.Minute)
-	if c.InboundPerMin, err = s.since(ctx, chatInbound, minuteAgo); err != nil {
+	if c.InboundPerMin, err = s.thisMinute(ctx, chatInbound, now); err != nil {
 		return c, err
 	}
-	if c.OutPerMin, err = s.since(ctx, chatOutbound, minuteAgo); err != nil {
+	if c.OutPerMin, err = s.thisMinute(ctx, chatOutbound, now); err != nil {
 		return c, err
 	}
-	in, err := s.perMinute(ctx, chatInbound, now)
+	in, err := s.buckets(ctx, chatInbound, rg, now)
 	if err != nil {
 		return c, err
 	}
-	out, err := s.perMinute(ctx, chatOutbound, now)
+	out, err := s.buckets(ctx, chatOutbound, rg, now)
 	if err != nil {
 		return c, err
 	}
-	c.Chart = buildChart("chart-chat", "Chat messages per minute, inbound and outbound, last 30 minutes", now,
-		chartSeries{Label: "inbound", Class: "s1", Counts: in},
-		chartSeries{Label: "outbound", Class: "s2", Counts: out})
+	c.Chart = buildChart(chartSpec{Testid: "chart-chat", Title: "Chat messages, inbound and outbound", Range: rg, From: rg.from(now),
+		Stack: []chartSeries{{Label: "inbound", Class: "s1", Buckets: in}, {Label: "outbound", Class: "s2", Buckets: out}},
+		Peaks: []chartSeries{{Label: "in", Buckets: in}, {Label: "out", Buckets: out}}})
 	return c, nil
 }

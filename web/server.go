@@ -21,6 +21,7 @@ import (
 	"switchyard/adminsession"
 	"switchyard/authlimit"
 	"switchyard/httpjson"
+	"switchyard/rollup"
 	"switchyard/store"
 	"switchyard/telemetry"
 )
@@ -96,6 +97,10 @@ type Options struct {
 	// windows (*alerts.Sampler), for the Overview's warnings on chat
 	// deliveries, 429s and webhook 5xx; nil leaves those out.
 	AlertCounters alertCounters
+	// Rollups are the throughput series per minute (*rollup.Rollups) that
+	// the Overview's charts read; nil reads the rollups with the wired
+	// owners' counts, for a process that rolls up nothing itself.
+	Rollups rollupReader
 }
 
 // Server is the HTTP handler of a Switchyard process.
@@ -106,10 +111,10 @@ type Server struct {
 	handler http.Handler
 	// routers are the root router and the admin API's, for Walk.
 	routers []*mux.Router
-	// counts counts each throughput series whose owner is wired; minutes
-	// caches the counts of finished minutes.
+	// counts counts each throughput series whose owner is wired; rollups
+	// are the series per minute (Options.Rollups).
 	counts  map[series]countFunc
-	minutes minuteCache
+	rollups rollupReader
 	// lookups caches the referral link lookups of finished minutes, for
 	// the G1 alert's hour.
 	lookups lookupCache
@@ -137,6 +142,9 @@ func New(opts Options) *Server {
 	}
 	s := &Server{opts: opts, log: opts.Logger, auth: newAuth(opts.Sessions, opts.AdminToken, opts.AuthLimiter)}
 	s.counts = s.counters()
+	if s.rollups = opts.Rollups; s.rollups == nil {
+		s.rollups = rollup.New(rollup.Opts{DB: opts.DB, Sources: s.counts})
+	}
 
 	r := mux.NewRouter()
 	r.Use(captureRoute)
