@@ -392,7 +392,7 @@ type MessageFilter struct {
 	// oldest first.
 	Before, After string
 	NewestFirst   bool
-	// Limit caps the messages returned (default 100, at most 1000).
+	// Limit caps the messages returned (default 100, at most 1001).
 	Limit int
 }
 
@@ -428,7 +428,7 @@ func (a *Admin) ListMessages(ctx context.Context, f MessageFilter) ([]MessageInf
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	f.Limit = min(f.Limit, 1000)
+	f.Limit = min(f.Limit, maxListLimit)
 	if err := checkState(f.State); err != nil {
 		return nil, err
 	}
@@ -531,7 +531,7 @@ type DeadFilter struct {
 	// newest when NewestFirst.
 	Before, After string
 	NewestFirst   bool
-	// Limit caps the dead letters listed (default 100, at most 1000).
+	// Limit caps the dead letters listed (default 100, at most 1001).
 	Limit int
 }
 
@@ -600,7 +600,7 @@ func (a *Admin) ListDead(ctx context.Context, f DeadFilter) ([]DeadLetter, error
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	f.Limit = min(f.Limit, 1000)
+	f.Limit = min(f.Limit, maxListLimit)
 	dead, err := listDead(ctx, a.db, a.db.Read, f)
 	if err != nil {
 		return nil, fmt.Errorf("queue: list dead letters of %s: %w", f.Queue, err)

@@ -242,3 +242,7 @@ func checkState(s MessageState) error {
 	}
 	return fmt.Errorf("queue: unknown message state %q", s)
 }
+
+// maxListLimit caps a list's Limit: a window of up to 1000 rows, and one
+// more to learn whether a further window follows.
+const maxListLimit = 1001

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -283,6 +284,70 @@ func TestLiveMessageWindows(t *testing.T) {
 		}
 		if c, _ := admin.CountMessages(ctx, queue.MessageFilter{Queue: "q", Search: "chat-1"}, ""); c.Total != 10 {
 			t.Fatalf("by order key: %d, want 10", c.Total)
+		}
+	})
+}
+
+func TestDeadLetterAPI(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	api := adminAPI(t, db)
+	ids := seedDead(t, db, "q", "", 25)
+
+	t.Run("the list pages with a next cursor and counts what matches", func(t *testing.T) {
+		var seen []string
+		url := api + "/queues/q/dlq?order=newest&limit=10"
+		for range 5 {
+			r := call(t, http.MethodGet, url, "")
+			if r.status != http.StatusOK || r.body["total"] != float64(25) {
+				t.Fatalf("GET %s = %d %s", url, r.status, r.raw)
+			}
+			for _, m := range r.body["messages"].([]any) {
+				seen = append(seen, m.(map[string]any)["id"].(string))
+			}
+			next, _ := r.body["next"].(string)
+			if next == "" {
+				break
+			}
+			url = api + "/queues/q/dlq?order=newest&limit=10&cursor=" + next
+		}
+		want := slices.Clone(ids)
+		slices.Reverse(want)
+		if !slices.Equal(seen, want) {
+			t.Fatalf("paged %d ids, want the 25 newest first", len(seen))
+		}
+		r := call(t, http.MethodGet, api+"/queues/q/messages?state=dead&limit=2", "")
+		if got := r.body["messages"].([]any); len(got) != 2 || got[0].(map[string]any)["id"] != ids[0] {
+			t.Fatalf("state=dead keeps the oldest first: %s", r.raw)
+		}
+		r = call(t, http.MethodGet, api+`/queues/q/dlq?q=letter+number+7%7D`, "")
+		if r.body["total"] != float64(0) {
+			t.Errorf("search for a text no payload holds: %s", r.raw)
+		}
+		r = call(t, http.MethodGet, api+`/queues/q/dlq?q=number+7"`, "")
+		if r.body["total"] != float64(1) {
+			t.Errorf("search by payload text: %s", r.raw)
+		}
+		if r := call(t, http.MethodGet, api+"/queues/q/dlq?cursor=nope", ""); r.status != http.StatusBadRequest {
+			t.Errorf("a bad cursor: %d %s", r.status, r.raw)
+		}
+	})
+
+	t.Run("a redrive or purge body names ids or a search term; none means all", func(t *testing.T) {
+		r := call(t, http.MethodPost, api+"/queues/q/dlq/redrive", fmt.Sprintf(`{"ids":[%q,%q]}`, ids[0], ids[1]))
+		if r.status != http.StatusOK || r.body["redriven"] != float64(2) {
+			t.Fatalf("redrive by ids: %d %s", r.status, r.raw)
+		}
+		r = call(t, http.MethodPost, api+"/queues/q/dlq/purge", `{"q":"number 2"}`)
+		if r.status != http.StatusOK || r.body["purged"] != float64(6) {
+			t.Fatalf("purge by search (2, 20–24): %d %s", r.status, r.raw)
+		}
+		r = call(t, http.MethodPost, api+"/queues/q/dlq/redrive", "")
+		if r.status != http.StatusOK || r.body["redriven"] != float64(17) {
+			t.Fatalf("redrive of the rest: %d %s", r.status, r.raw)
+		}
+		if r := call(t, http.MethodPost, api+"/queues/q/dlq/purge", `{"ids":[]}`); r.status != http.StatusBadRequest {
+			t.Errorf("no ids: %d %s", r.status, r.raw)
 		}
 	})
 }
