@@ -162,7 +162,7 @@ type queueDetailModel struct {
 	Topic *groupRow
 	List  string // listDead or listLive
 	Tabs  []stateTab
-	Term  string     // the list's search term
+	Term  string      // the list's search term
 	Keep  []formField // the list's other filters, kept by its search form
 	// States filters the live messages by state (tabs of their own).
 	States []stateTab
