@@ -39,6 +39,10 @@ const (
 	cursorBottom = ""
 )
 
+// CursorOldest is an After cursor below every row: the window after it is
+// a list's oldest rows (its last window, newest first).
+const CursorOldest = "0" + cursorSep + "0"
+
 func makeCursor(at, id string) string { return at + cursorSep + id }
 
 // parseCursor splits a cursor into the time and id of its row.

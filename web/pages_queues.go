@@ -284,7 +284,7 @@ func (s *Server) deadWindow(r *http.Request, m *queueDetailModel) error {
 	if err != nil {
 		return err
 	}
-	shown, newer, older := fitWindow(dead, perPage, win)
+	shown, _, _ := fitWindow(dead, perPage, win)
 	var firstKey, lastKey string
 	if len(shown) > 0 {
 		firstKey, lastKey = shown[0].Cursor, shown[len(shown)-1].Cursor
@@ -294,8 +294,7 @@ func (s *Server) deadWindow(r *http.Request, m *queueDetailModel) error {
 		return err
 	}
 	m.Dead = toDeadRows(shown)
-	m.Pager = newPager(listBase(r), len(shown), newer, older, firstKey, lastKey, "dead letters")
-	m.Pager.Total, m.Pager.Offset = c.Total, c.Newer
+	m.Pager = countedPager(r, len(shown), firstKey, lastKey, c.Total, c.Newer, "dead letters")
 	fields := append(slices.Clone(m.Keep), formField{"back", m.Self})
 	if m.Term != "" {
 		fields = append(fields, formField{"q", m.Term})
@@ -338,7 +337,7 @@ func (s *Server) liveWindow(r *http.Request, m *queueDetailModel) error {
 	if err != nil {
 		return err
 	}
-	shown, newer, older := fitWindow(live, perPage, win)
+	shown, _, _ := fitWindow(live, perPage, win)
 	var firstKey, lastKey string
 	if len(shown) > 0 {
 		firstKey, lastKey = shown[0].Cursor, shown[len(shown)-1].Cursor
@@ -353,8 +352,7 @@ func (s *Server) liveWindow(r *http.Request, m *queueDetailModel) error {
 			OrderKey: l.OrderKey, SentAt: when(l.SentAt), VisibleAt: when(l.VisibleAt), Body: prettyPayload(l.Body),
 		})
 	}
-	m.Pager = newPager(listBase(r), len(shown), newer, older, firstKey, lastKey, "live messages")
-	m.Pager.Total, m.Pager.Offset = c.Total, c.Newer
+	m.Pager = countedPager(r, len(shown), firstKey, lastKey, c.Total, c.Newer, "live messages")
 	return nil
 }
 
@@ -526,4 +524,18 @@ func keyWord(what string) string {
 		return "order key"
 	}
 	return "order or record key"
+}
+
+// countedPager is the pager of a window whose list was counted: in all
+// (total) and before the window (newer). The counts say whether there are
+// newer and older windows, and the last window — the oldest rows — has a
+// link of its own.
+func countedPager(r *http.Request, shown int, firstKey, lastKey string, total, newer int64, noun string) pager {
+	hasOlder := newer+int64(shown) < total
+	p := newPager(listBase(r), shown, newer > 0, hasOlder, firstKey, lastKey, noun)
+	p.Total, p.Offset = total, newer
+	if hasOlder {
+		p.Last = withWindow(listBase(r), "after", queue.CursorOldest)
+	}
+	return p
 }

@@ -65,12 +65,17 @@ func TestQueueDeadLetterList(t *testing.T) {
 		if got := trimmed(tid(doc, "dead-pager-position")); got != "101–120 of 120 dead letters" || !slices.Equal(deadOnPage(doc), newest[100:]) {
 			t.Fatalf("last window at %q", got)
 		}
-		if tid(doc, "dead-pager-older").Length() != 0 {
+		if tid(doc, "dead-pager-older").Length() != 0 || tid(doc, "dead-pager-last").Length() != 0 {
 			t.Fatal("the last window links to an older one")
 		}
 		doc = c.get(t, href(t, doc, "dead-pager-newer"), http.StatusOK)
 		if got := trimmed(tid(doc, "dead-pager-position")); got != "51–100 of 120 dead letters" || !slices.Equal(deadOnPage(doc), newest[50:100]) {
 			t.Fatalf("back to the newer window at %q", got)
+		}
+		doc = c.get(t, href(t, c.get(t, "/admin/queues/lists.q", http.StatusOK), "dead-pager-last"), http.StatusOK)
+		if got := trimmed(tid(doc, "dead-pager-position")); got != "71–120 of 120 dead letters" || !slices.Equal(deadOnPage(doc), newest[70:]) ||
+			tid(doc, "dead-pager-older").Length() != 0 {
+			t.Fatalf("the oldest window at %q, or it links to an older one", got)
 		}
 		c.get(t, "/admin/queues/lists.q?before=nonsense", http.StatusBadRequest)
 	})
