@@ -127,6 +127,10 @@ const (
 	limit ?`
 	countDeadQuery = `select count(*), coalesce(sum(case when (dead_at, id) > (?, ?) then 1 else 0 end), 0)
 	from queue_dead where ` + deadWhere
+	// countAllDeadQuery is countDeadQuery without filters: it reads the
+	// list index alone, not the rows.
+	countAllDeadQuery = `select count(*), coalesce(sum(case when (dead_at, id) > (?, ?) then 1 else 0 end), 0)
+	from queue_dead where queue = ? and grp = ?`
 	purgeDeadQuery = `delete from queue_dead where ` + deadWhere
 	deadByIDQuery  = `select ` + deadColumns + ` from queue_dead where id = ? and queue = ? and grp = ?`
 )
@@ -163,8 +167,11 @@ func (a *Admin) CountDead(ctx context.Context, f DeadFilter, at string) (DeadCou
 		}
 	}
 	var c DeadCount
-	args := append([]any{atTime, atID}, deadArgs(f)...)
-	if err := readRow(ctx, a.db, deadQuery(a.db, countDeadQuery), args...).Scan(&c.Total, &c.Newer); err != nil {
+	query, args := deadQuery(a.db, countDeadQuery), append([]any{atTime, atID}, deadArgs(f)...)
+	if f.ID == "" && f.OrderKey == "" && searchTerm(f.Search) == "" {
+		query, args = countAllDeadQuery, []any{atTime, atID, f.Queue, f.Group}
+	}
+	if err := readRow(ctx, a.db, query, args...).Scan(&c.Total, &c.Newer); err != nil {
 		return DeadCount{}, fmt.Errorf("queue: count dead letters of %s: %w", f.Queue, err)
 	}
 	return c, nil
