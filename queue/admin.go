@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -381,7 +382,17 @@ type MessageFilter struct {
 	State MessageState
 	// OrderKey, when set, keeps the messages of that order key.
 	OrderKey string
-	// Limit caps the messages returned (default 100, at most 1000).
+	// Search keeps the messages whose id or order key is Search or whose
+	// payload holds it (case-sensitive, in its first SearchBytes bytes).
+	Search string
+	// Before lists the messages sent before this cursor (a MessageInfo's
+	// Cursor), newest first; After those sent after it, oldest first; with
+	// neither, NewestFirst lists from the newest. With none of the three,
+	// the list is in the order the messages are handled: by priority, then
+	// oldest first.
+	Before, After string
+	NewestFirst   bool
+	// Limit caps the messages returned (default 100, at most 1001).
 	Limit int
 }
 
@@ -400,42 +411,69 @@ type MessageInfo struct {
 	SentAt    time.Time
 	// VisibleAt is when the message can next be received; zero when held.
 	VisibleAt time.Time
+	// Cursor is the message's place in a newest-first list, for the
+	// filter's Before or After.
+	Cursor string
 }
 
 const listMessagesQuery = `
-	select g.id, g.body, g.received, g.created, g.timeout, g.priority,
-		coalesce(r.attempt, 0), coalesce(r.last_error, ''), coalesce(o.order_key, '')
-	from goqite g
-	left join queue_retries r on r.message_id = g.id
-	left join queue_order o on o.message_id = g.id
-	where g.queue in (?, ?) and (? or (g.timeout <> ? and g.timeout <= ?)) and (? or (g.timeout <> ? and g.timeout > ? and (g.received = 0 or r.attempt = g.received)))
-		and (? or g.timeout = ?) and (? or (g.timeout <> ? and g.timeout > ? and g.received > 0 and (r.attempt is null or r.attempt <> g.received)))
-		and (? = '' or o.order_key = ?)
+	select ` + liveColumns + liveFrom + `
+	where g.queue in (?, ?) and` + liveState + `
 	order by g.priority desc, g.created
 	limit ?`
 
-// ListMessages lists a queue's live messages, oldest first.
+// ListMessages lists a queue's live messages: in the order they are
+// handled, or a window of the newest-first list (f's cursors).
 func (a *Admin) ListMessages(ctx context.Context, f MessageFilter) ([]MessageInfo, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	f.Limit = min(f.Limit, 1000)
-	all := f.State == ""
-	switch f.State {
-	case "", StateReady, StateDelayed, StateHeld, StateInFlight:
-	default:
-		return nil, fmt.Errorf("queue: unknown message state %q", f.State)
+	f.Limit = min(f.Limit, maxListLimit)
+	if err := checkState(f.State); err != nil {
+		return nil, err
 	}
 	now := gqTime(a.db.Now())
-	rows, err := a.db.Read.QueryContext(ctx, listMessagesQuery, f.Queue, heldQueue(f.Queue),
-		all || f.State != StateReady, parkedTimeout, now,
-		all || f.State != StateDelayed, parkedTimeout, now,
-		all || f.State != StateHeld, parkedTimeout,
-		all || f.State != StateInFlight, parkedTimeout, now,
-		f.OrderKey, f.OrderKey,
-		f.Limit)
+	if f.Before == "" && f.After == "" && !f.NewestFirst {
+		args := append([]any{f.Queue, heldQueue(f.Queue)}, liveStateArgs(f, now)...)
+		return a.scanMessages(ctx, f.Queue, now, fmt.Sprintf(listMessagesQuery, contains(a.db, "g.body")), append(args, f.Limit)...)
+	}
+	b, err := boundsOf(f.Before, f.After, f.NewestFirst)
 	if err != nil {
-		return nil, fmt.Errorf("queue: list %s: %w", f.Queue, err)
+		return nil, err
+	}
+	query := listLiveAscQuery
+	if b.desc {
+		query = listLiveDescQuery
+	}
+	query = fmt.Sprintf(query, contains(a.db, "g.body"))
+	// The queue and its held twin are two ranges of the index: read a
+	// window of each and merge them.
+	var out []MessageInfo
+	for _, name := range []string{f.Queue, heldQueue(f.Queue)} {
+		args := append([]any{name, b.at, b.id}, liveStateArgs(f, now)...)
+		msgs, err := a.scanMessages(ctx, f.Queue, now, query, append(args, f.Limit)...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, msgs...)
+	}
+	slices.SortFunc(out, func(x, y MessageInfo) int {
+		c := strings.Compare(x.Cursor, y.Cursor)
+		if b.desc {
+			c = -c
+		}
+		return c
+	})
+	if len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
+}
+
+func (a *Admin) scanMessages(ctx context.Context, queue, now, query string, args ...any) ([]MessageInfo, error) {
+	rows, err := a.db.Read.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("queue: list %s: %w", queue, err)
 	}
 	defer rows.Close()
 	var out []MessageInfo
@@ -448,7 +486,8 @@ func (a *Admin) ListMessages(ctx context.Context, f MessageFilter) ([]MessageInf
 		if err := rows.Scan(&m.ID, &m.Body, &m.Attempts, &created, &timeout, &m.Priority, &failed, &m.LastError, &m.OrderKey); err != nil {
 			return nil, err
 		}
-		m.Queue = f.Queue
+		m.Queue = queue
+		m.Cursor = makeCursor(created, string(m.ID))
 		m.SentAt, _ = parseGQ(created)
 		switch {
 		case timeout == parkedTimeout:
@@ -475,10 +514,24 @@ type DeadFilter struct {
 	Group string
 	// ID selects one dead letter; empty selects all.
 	ID string
+	// IDs selects these dead letters of the queue or group, for Redrive and
+	// PurgeDead (at most MaxIDs; the other filters do not apply). An id
+	// that names no dead letter is skipped.
+	IDs []string
 	// OrderKey, when set, selects the dead letters of that order key only
 	// (queue messages).
 	OrderKey string
-	// Limit caps the dead letters listed (default 100, at most 1000).
+	// Search keeps the dead letters whose id, order key or record key is
+	// Search, or whose payload holds it (case-sensitive, in its first
+	// SearchBytes bytes).
+	Search string
+	// Before lists the dead letters that died before this cursor (a
+	// DeadLetter's Cursor), newest first; After those that died after it,
+	// oldest first. With neither, the list starts at the oldest, or at the
+	// newest when NewestFirst.
+	Before, After string
+	NewestFirst   bool
+	// Limit caps the dead letters listed (default 100, at most 1001).
 	Limit int
 }
 
@@ -503,15 +556,10 @@ type DeadLetter struct {
 	// Traceparent is the trace context the message or record carried
 	// ("" when none was recorded); a redrive carries it on.
 	Traceparent string
+	// Cursor is the dead letter's place in the list, for the filter's
+	// Before or After.
+	Cursor string
 }
-
-const listDeadQuery = `
-	select id, queue, grp, partition_id, log_offset, key, order_key, seq, priority, body, attempts, last_error,
-		created_at, first_failed_at, dead_at, traceparent
-	from queue_dead
-	where queue = ? and grp = ? and (? = '' or id = ?) and (? = '' or order_key = ?)
-	order by dead_at, id
-	limit ?`
 
 type deadRow struct {
 	DeadLetter
@@ -521,13 +569,20 @@ type deadRow struct {
 
 func scanDead(rows *sql.Rows) (deadRow, error) {
 	var (
-		d                      deadRow
-		part                   sql.NullInt64
-		off                    sql.NullInt64
-		created, first, deadAt store.Timestamp
+		d              deadRow
+		part           sql.NullInt64
+		off            sql.NullInt64
+		created, first store.Timestamp
+		deadAt         string // as stored: the cursor compares it as text
 	)
 	err := rows.Scan(&d.ID, &d.Queue, &d.Group, &part, &off, &d.Key, &d.OrderKey, &d.seq, &d.priority, &d.Body,
 		&d.Attempts, &d.LastError, &created, &first, &deadAt, &d.Traceparent)
+	if err != nil {
+		return d, err
+	}
+	var dead store.Timestamp
+	err = dead.Scan(deadAt)
+	d.Cursor = makeCursor(deadAt, d.ID)
 	if part.Valid {
 		p := int(part.Int64)
 		d.Partition = &p
@@ -535,30 +590,69 @@ func scanDead(rows *sql.Rows) (deadRow, error) {
 	if off.Valid {
 		d.Offset = &off.Int64
 	}
-	d.CreatedAt, d.FirstFailedAt, d.DeadAt = created.Time, first.Time, deadAt.Time
+	d.CreatedAt, d.FirstFailedAt, d.DeadAt = created.Time, first.Time, dead.Time
 	return d, err
 }
 
-// ListDead lists dead letters, oldest death first.
+// ListDead lists dead letters: oldest death first, or a window of the list
+// by f's cursors.
 func (a *Admin) ListDead(ctx context.Context, f DeadFilter) ([]DeadLetter, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	f.Limit = min(f.Limit, 1000)
-	rows, err := a.db.Read.QueryContext(ctx, listDeadQuery, f.Queue, f.Group, f.ID, f.ID, f.OrderKey, f.OrderKey, f.Limit)
+	f.Limit = min(f.Limit, maxListLimit)
+	dead, err := listDead(ctx, a.db, a.db.Read, f)
 	if err != nil {
 		return nil, fmt.Errorf("queue: list dead letters of %s: %w", f.Queue, err)
 	}
-	defer rows.Close()
-	var out []DeadLetter
-	for rows.Next() {
-		d, err := scanDead(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, d.DeadLetter)
+	out := make([]DeadLetter, len(dead))
+	for i, d := range dead {
+		out[i] = d.DeadLetter
 	}
-	return out, rows.Err()
+	return out, nil
+}
+
+// querier is a read pool or a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// listDead reads a window of the dead letters f selects, or those of f.IDs.
+func listDead(ctx context.Context, db *store.DB, q querier, f DeadFilter) ([]deadRow, error) {
+	var dead []deadRow
+	read := func(query string, args ...any) error {
+		rows, err := q.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			d, err := scanDead(rows)
+			if err != nil {
+				return err
+			}
+			dead = append(dead, d)
+		}
+		return rows.Err()
+	}
+	if len(f.IDs) > 0 {
+		for _, id := range f.IDs[:min(len(f.IDs), MaxIDs)] {
+			if err := read(deadByIDQuery, id, f.Queue, f.Group); err != nil {
+				return nil, err
+			}
+		}
+		return dead, nil
+	}
+	b, err := boundsOf(f.Before, f.After, f.NewestFirst)
+	if err != nil {
+		return nil, err
+	}
+	query := listDeadAscQuery
+	if b.desc {
+		query = listDeadDescQuery
+	}
+	args := append(deadArgs(f), b.at, b.id, f.Limit)
+	return dead, read(deadQuery(db, query), args...)
 }
 
 // redriveBatch bounds the dead letters moved per transaction.
@@ -568,7 +662,9 @@ const redriveBatch = 500
 // own id, with attempts reset and its order-key place kept; a topic record
 // to its group's partition, ahead of later records of its key that are still
 // held back (records of the key already handled stay handled). It returns
-// how many moved; ErrNotFound when f.ID names no dead letter.
+// how many moved; ErrNotFound when f.ID names no dead letter. The dead
+// letters of f.IDs move in one transaction; those of a filter (its search
+// term included, its cursors ignored) in transactions of up to 500.
 func (a *Admin) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 	total := 0
 	for {
@@ -580,7 +676,7 @@ func (a *Admin) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 		if f.ID != "" && total == 0 {
 			return 0, fmt.Errorf("queue: dead letter %s of %s: %w", f.ID, f.Queue, ErrNotFound)
 		}
-		if f.ID != "" || n < redriveBatch {
+		if f.ID != "" || len(f.IDs) > 0 || n < redriveBatch {
 			break
 		}
 	}
@@ -595,21 +691,13 @@ func (a *Admin) redriveSome(ctx context.Context, f DeadFilter) (int, error) {
 	var n int
 	err := a.db.Tx(ctx, func(tx *sql.Tx) error {
 		n = 0
-		rows, err := tx.QueryContext(ctx, listDeadQuery, f.Queue, f.Group, f.ID, f.ID, f.OrderKey, f.OrderKey, redriveBatch)
+		batch := f
+		batch.Before, batch.After, batch.NewestFirst, batch.Limit = "", "", false, redriveBatch
+		if batch.ID != "" && len(batch.IDs) == 0 {
+			batch.IDs = []string{batch.ID} // found by its key, not by a scan of the queue's
+		}
+		dead, err := listDead(ctx, a.db, tx, batch)
 		if err != nil {
-			return err
-		}
-		var dead []deadRow
-		for rows.Next() {
-			d, err := scanDead(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			dead = append(dead, d)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		now := a.db.Now()
@@ -709,14 +797,29 @@ func redriveRecord(ctx context.Context, tx *sql.Tx, d deadRow, now time.Time) er
 	return err
 }
 
-// PurgeDead deletes dead letters for good and returns how many.
+// PurgeDead deletes dead letters for good and returns how many: those of
+// f.IDs, or every one f selects (its search term included, its cursors
+// ignored), in one transaction.
 func (a *Admin) PurgeDead(ctx context.Context, f DeadFilter) (int, error) {
+	if f.ID != "" && len(f.IDs) == 0 {
+		f.IDs = []string{f.ID} // found by its key, not by a scan of the queue's
+	}
 	var n int64
 	err := a.db.Tx(ctx, func(tx *sql.Tx) error {
-		var err error
-		n, err = affected(tx.ExecContext(ctx, `delete from queue_dead where queue = ? and grp = ? and (? = '' or id = ?) and (? = '' or order_key = ?)`,
-			f.Queue, f.Group, f.ID, f.ID, f.OrderKey, f.OrderKey))
-		return err
+		n = 0
+		if len(f.IDs) == 0 {
+			var err error
+			n, err = affected(tx.ExecContext(ctx, deadQuery(a.db, purgeDeadQuery), deadArgs(f)...))
+			return err
+		}
+		for _, id := range f.IDs[:min(len(f.IDs), MaxIDs)] {
+			gone, err := affected(tx.ExecContext(ctx, `delete from queue_dead where id = ? and queue = ? and grp = ?`, id, f.Queue, f.Group))
+			if err != nil {
+				return err
+			}
+			n += gone
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("queue: purge dead letters of %s: %w", f.Queue, err)

@@ -29,11 +29,13 @@ import (
 // AdminRoutes mounts the operator API on r, the /admin/api subrouter:
 //
 //	GET  /queues                                     queues with ready, delayed, held, in-flight, dead, oldest age
-//	GET  /queues/{name}/messages?state=&limit=       live messages (state ready|delayed|held|inflight) or dead ones (state=dead)
+//	GET  /queues/{name}/messages?state=&limit=&q=&order=&cursor=   live messages (state ready|delayed|held|inflight)
+//	                                                 or dead ones (state=dead); a list window (listParams)
 //	POST /queues/{name}/purge                        delete the live messages
-//	POST /queues/{name}/dlq/redrive                  redrive every dead letter
+//	GET  /queues/{name}/dlq?limit=&q=&order=&cursor= the dead letters, a window at a time (listParams)
+//	POST /queues/{name}/dlq/redrive                  redrive every dead letter, or those a body names (bulkBody)
 //	POST /queues/{name}/dlq/{id}/redrive             redrive one
-//	POST /queues/{name}/dlq/purge                    delete the dead letters
+//	POST /queues/{name}/dlq/purge                    delete the dead letters, or those a body names (bulkBody)
 //	GET  /topics                                     topics, partitions, groups with lag
 //	POST /topics/{topic}/messages?key=               publish a JSON object (key: ?key= or its "aggregateId"),
 //	                                                 or a batch: a JSON array or application/x-ndjson (handlePublish)
@@ -41,14 +43,15 @@ import (
 //	GET  /topics/{topic}/groups                      the topic's groups: lag, active, created
 //	POST /topics/{topic}/groups                      create a group: {"group": "…", "start": "earliest"|"latest"}
 //	DELETE /topics/{topic}/groups/{group}            delete a group that no subscriber holds, with all it keeps
-//	GET  /topics/{topic}/groups/{group}/dlq?limit=   a group's dead letters
-//	POST /topics/{topic}/groups/{group}/dlq/redrive  redrive them all
+//	GET  /topics/{topic}/groups/{group}/dlq?limit=&q=&order=&cursor=   a group's dead letters (listParams)
+//	POST /topics/{topic}/groups/{group}/dlq/redrive  redrive them all, or those a body names (bulkBody)
 //	POST /topics/{topic}/groups/{group}/dlq/{id}/redrive
 //	POST /topics/{topic}/groups/{group}/dlq/purge
 func (a *Admin) AdminRoutes(r *mux.Router) {
 	r.Handle("/queues", httpjson.HandlerFunc(a.handleQueues)).Methods(http.MethodGet)
 	r.Handle("/queues/{name}/messages", httpjson.HandlerFunc(a.handleQueueMessages)).Methods(http.MethodGet)
 	r.Handle("/queues/{name}/purge", httpjson.HandlerFunc(a.handlePurge)).Methods(http.MethodPost)
+	r.Handle("/queues/{name}/dlq", httpjson.HandlerFunc(a.handleGroupDead)).Methods(http.MethodGet)
 	r.Handle("/queues/{name}/dlq/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
 	r.Handle("/queues/{name}/dlq/purge", httpjson.HandlerFunc(a.handlePurgeDead)).Methods(http.MethodPost)
 	r.Handle("/queues/{name}/dlq/{id}/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
@@ -148,28 +151,39 @@ func (a *Admin) handleQueueMessages(w http.ResponseWriter, r *http.Request) erro
 	if err := a.queueExists(ctx, name); err != nil {
 		return err
 	}
-	limit, err := intParam(r, "limit", 100)
+	lp, err := listParamsOf(r)
 	if err != nil {
 		return err
 	}
 	state := r.URL.Query().Get("state")
 	if state == "dead" {
-		dead, err := a.ListDead(ctx, DeadFilter{Queue: name, Limit: limit})
-		if err != nil {
-			return err
-		}
-		httpjson.Write(w, http.StatusOK, map[string]any{"messages": deadView(dead)})
-		return nil
+		return a.writeDead(w, r, DeadFilter{Queue: name}, lp)
 	}
-	switch MessageState(state) {
-	case "", StateReady, StateDelayed, StateHeld, StateInFlight:
-	default:
+	if checkState(MessageState(state)) != nil {
 		return httpjson.BadRequest("state must be ready, delayed, held, inflight or dead, not %q", state)
 	}
-	msgs, err := a.ListMessages(ctx, MessageFilter{Queue: name, State: MessageState(state), Limit: limit})
+	f := MessageFilter{Queue: name, State: MessageState(state), Search: lp.search, Limit: lp.limit + 1, NewestFirst: lp.newest}
+	if lp.cursor != "" && !lp.newest {
+		return httpjson.BadRequest("a cursor pages the newest-first list of live messages: add order=newest")
+	}
+	f.Before = lp.cursor
+	msgs, err := a.ListMessages(ctx, f)
+	if errors.Is(err, ErrBadCursor) {
+		return httpjson.BadRequest("cursor is not one this list gave out")
+	}
 	if err != nil {
 		return err
 	}
+	c, err := a.CountMessages(ctx, f, "")
+	if err != nil {
+		return err
+	}
+	var next *string
+	if lp.newest && len(msgs) > lp.limit {
+		msgs = msgs[:lp.limit]
+		next = &msgs[lp.limit-1].Cursor
+	}
+	msgs = msgs[:min(len(msgs), lp.limit)]
 	out := make([]messageJSON, 0, len(msgs))
 	for _, m := range msgs {
 		out = append(out, messageJSON{
@@ -177,7 +191,72 @@ func (a *Admin) handleQueueMessages(w http.ResponseWriter, r *http.Request) erro
 			Priority: m.Priority, Attempts: m.Attempts, LastError: m.LastError, SentAt: m.SentAt, VisibleAt: timePtr(m.VisibleAt),
 		})
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{"messages": out})
+	httpjson.Write(w, http.StatusOK, map[string]any{"messages": out, "total": c.Total, "next": next})
+	return nil
+}
+
+// listParams are a list window's query parameters:
+//
+//	limit   rows per window, 1 to 1000 (default 100)
+//	q       a search term: an id, an order or record key, or payload text
+//	        (case-sensitive, in the first 4 KiB of each payload)
+//	order   oldest (the default; for live messages, the order they are
+//	        handled in) or newest
+//	cursor  the "next" of the previous window, to continue the list
+type listParams struct {
+	limit  int
+	search string
+	newest bool
+	cursor string
+}
+
+func listParamsOf(r *http.Request) (listParams, error) {
+	var lp listParams
+	var err error
+	if lp.limit, err = intParam(r, "limit", 100); err != nil {
+		return lp, err
+	}
+	q := r.URL.Query()
+	lp.search, lp.cursor = q.Get("q"), q.Get("cursor")
+	if len(lp.search) > maxSearch {
+		return lp, httpjson.BadRequest("q is longer than %d bytes", maxSearch)
+	}
+	switch q.Get("order") {
+	case "", "oldest":
+	case "newest":
+		lp.newest = true
+	default:
+		return lp, httpjson.BadRequest(`order must be "oldest" or "newest", not %q`, q.Get("order"))
+	}
+	return lp, nil
+}
+
+// writeDead answers a window of the dead letters f selects, with their
+// total and the cursor of the next window (null at the end of the list).
+func (a *Admin) writeDead(w http.ResponseWriter, r *http.Request, f DeadFilter, lp listParams) error {
+	f.Search, f.NewestFirst, f.Limit = lp.search, lp.newest, lp.limit+1
+	if lp.newest {
+		f.Before = lp.cursor
+	} else {
+		f.After = lp.cursor
+	}
+	dead, err := a.ListDead(r.Context(), f)
+	if errors.Is(err, ErrBadCursor) {
+		return httpjson.BadRequest("cursor is not one this list gave out")
+	}
+	if err != nil {
+		return err
+	}
+	c, err := a.CountDead(r.Context(), f, "")
+	if err != nil {
+		return err
+	}
+	var next *string
+	if len(dead) > lp.limit {
+		dead = dead[:lp.limit]
+		next = &dead[lp.limit-1].Cursor
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"messages": deadView(dead), "total": c.Total, "next": next})
 	return nil
 }
 
@@ -205,9 +284,49 @@ func (a *Admin) deadFilterOf(r *http.Request) (DeadFilter, error) {
 	return f, a.queueExists(r.Context(), f.Queue)
 }
 
+// bulkBody is the optional body of a redrive or purge of dead letters:
+// {"ids": [...]} acts on those (at most 1000, in one transaction), {"q":
+// "..."} on every one the search term finds; no body acts on all.
+type bulkBody struct {
+	IDs    []string `json:"ids"`
+	Search string   `json:"q"`
+}
+
+// bulkOf adds a redrive's or purge's body, if any, to f.
+func bulkOf(r *http.Request, f DeadFilter) (DeadFilter, error) {
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		return f, err
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return f, nil
+	}
+	if f.ID != "" {
+		return f, httpjson.BadRequest("a redrive of one dead letter takes no body")
+	}
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	var b bulkBody
+	if err := httpjson.Decode(r, &b); err != nil {
+		return f, err
+	}
+	switch {
+	case b.IDs != nil && b.Search != "":
+		return f, httpjson.BadRequest("give ids or q, not both")
+	case b.IDs != nil && (len(b.IDs) == 0 || len(b.IDs) > MaxIDs):
+		return f, httpjson.BadRequest("ids must name 1 to %d dead letters", MaxIDs)
+	case len(b.Search) > maxSearch:
+		return f, httpjson.BadRequest("q is longer than %d bytes", maxSearch)
+	}
+	f.IDs, f.Search = b.IDs, b.Search
+	return f, nil
+}
+
 func (a *Admin) handleRedrive(w http.ResponseWriter, r *http.Request) error {
 	f, err := a.deadFilterOf(r)
 	if err != nil {
+		return err
+	}
+	if f, err = bulkOf(r, f); err != nil {
 		return err
 	}
 	n, err := a.Redrive(r.Context(), f)
@@ -221,6 +340,9 @@ func (a *Admin) handleRedrive(w http.ResponseWriter, r *http.Request) error {
 func (a *Admin) handlePurgeDead(w http.ResponseWriter, r *http.Request) error {
 	f, err := a.deadFilterOf(r)
 	if err != nil {
+		return err
+	}
+	if f, err = bulkOf(r, f); err != nil {
 		return err
 	}
 	n, err := a.PurgeDead(r.Context(), f)
@@ -249,15 +371,11 @@ func (a *Admin) handleGroupDead(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if f.Limit, err = intParam(r, "limit", 100); err != nil {
-		return err
-	}
-	dead, err := a.ListDead(r.Context(), f)
+	lp, err := listParamsOf(r)
 	if err != nil {
 		return err
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{"messages": deadView(dead)})
-	return nil
+	return a.writeDead(w, r, f, lp)
 }
 
 type topicJSON struct {

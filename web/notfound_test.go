@@ -115,8 +115,10 @@ func TestQueuePageCountsEveryDeadLetter(t *testing.T) {
 	if got := trimmed(tid(doc, "dead-total")); got != fmt.Sprint(n) {
 		t.Errorf("the heading counts %q dead letters, want %d", got, n)
 	}
-	shown := trimmed(tid(doc, "dead-shown"))
-	if !strings.Contains(shown, fmt.Sprintf("oldest 100 of %d", n)) || !strings.Contains(shown, "/admin/api/queues/console.many/dlq") {
-		t.Errorf("the page does not say which it shows: %q", shown)
+	if got, want := trimmed(tid(doc, "dead-pager-position")), fmt.Sprintf("1–50 of %d dead letters", n); got != want {
+		t.Errorf("the page says it shows %q, want %q", got, want)
+	}
+	if tid(doc, "dead-pager-older").Length() != 1 {
+		t.Error("no link to the older dead letters")
 	}
 }

@@ -1,10 +1,13 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -18,6 +21,8 @@ type queueOps interface {
 	Stats(ctx context.Context) (queue.Stats, error)
 	ListMessages(ctx context.Context, f queue.MessageFilter) ([]queue.MessageInfo, error)
 	ListDead(ctx context.Context, f queue.DeadFilter) ([]queue.DeadLetter, error)
+	CountDead(ctx context.Context, f queue.DeadFilter, at string) (queue.DeadCount, error)
+	CountMessages(ctx context.Context, f queue.MessageFilter, at string) (queue.MessageCount, error)
 	Redrive(ctx context.Context, f queue.DeadFilter) (int, error)
 	PurgeDead(ctx context.Context, f queue.DeadFilter) (int, error)
 	Purge(ctx context.Context, name string) (int, error)
@@ -145,31 +150,45 @@ type deadRow struct {
 	Body      string
 }
 
-// queueDetailModel is one queue's or one topic group's page.
+// queueDetailModel is one queue's or one topic group's page: its
+// statistics and one of its lists (dead letters, or a queue's live
+// messages), a window at a time.
 type queueDetailModel struct {
 	Name  string
 	Group string // set for a topic's consumer group
-	Self  string // this page, where its forms come back to
+	Path  string // this page without its query: the search form's action
+	Self  string // this page as asked for, where its forms come back to
 	Queue *queueRow
 	Topic *groupRow
-	Live  []liveMessageRow
-	Dead  []deadRow
-	// DeadTotal is how many dead letters there are; Dead holds the oldest
-	// deadShown of them.
+	List  string // listDead or listLive
+	Tabs  []stateTab
+	Term  string      // the list's search term
+	Keep  []formField // the list's other filters, kept by its search form
+	// States filters the live messages by state (tabs of their own).
+	States []stateTab
+	Live   []liveMessageRow
+	Dead   []deadRow
+	Pager  pager
+	Bulk   bulkModel
+	// DeadTotal is how many dead letters there are, filters aside.
 	DeadTotal int64
-	Missing   bool
 }
 
-// deadShown is how many dead letters a queue's page lists.
-const deadShown = 100
+// A queue page's lists (?list=).
+const (
+	listDead = "dead"
+	listLive = "live"
+)
 
-// DeadAPI is the admin API's listing of the dead letters, for the ones the
-// page does not show.
+// deadBulkForm is the id of the dead letters' bulk-action form.
+const deadBulkForm = "dead-bulk"
+
+// DeadAPI is the admin API's listing of the dead letters, for a script.
 func (m queueDetailModel) DeadAPI() string {
 	if m.Group != "" {
-		return "GET /admin/api/topics/" + m.Name + "/groups/" + m.Group + "/dlq?limit=1000"
+		return "GET /admin/api/topics/" + m.Name + "/groups/" + m.Group + "/dlq?order=newest&limit=1000&cursor=…"
 	}
-	return "GET /admin/api/queues/" + m.Name + "/dlq?limit=1000"
+	return "GET /admin/api/queues/" + m.Name + "/dlq?order=newest&limit=1000&cursor=…"
 }
 
 func toDeadRows(dead []queue.DeadLetter) []deadRow {
@@ -202,50 +221,53 @@ func (s *Server) queueDetail(w http.ResponseWriter, r *http.Request) {
 		s.failed(w, r, "queues", err)
 		return
 	}
-	m := queueDetailModel{Name: name, Group: group, Self: queueHref(name, group)}
+	m := queueDetailModel{Name: name, Group: group, Path: "/admin/queues/" + url.PathEscape(name), Self: r.URL.RequestURI(), List: listDead}
 	if group == "" {
 		for _, q := range toQueueRows(st) {
 			if q.Name == name {
 				m.Queue = &q
+				m.DeadTotal = q.Dead
 			}
 		}
-		if m.Queue != nil {
-			live, err := s.opts.Queues.ListMessages(ctx, queue.MessageFilter{Queue: name, Limit: 50})
-			if err != nil {
-				s.failed(w, r, "queues", err)
-				return
-			}
-			for _, l := range live {
-				m.Live = append(m.Live, liveMessageRow{
-					ID: string(l.ID), State: string(l.State), Attempts: l.Attempts, LastError: mask.Phones(l.LastError),
-					OrderKey: l.OrderKey, SentAt: when(l.SentAt), VisibleAt: when(l.VisibleAt), Body: prettyPayload(l.Body),
-				})
-			}
-		}
-	} else {
-		if g, ok := groupOf(st, name, group); ok {
-			m.Topic = &g
-		}
+	} else if g, ok := groupOf(st, name, group); ok {
+		m.Topic = &g
+		m.DeadTotal = g.Dead
 	}
 	if m.Queue == nil && m.Topic == nil {
 		s.problem(w, r, http.StatusNotFound, "queues", "There is no queue or topic group by that name.")
 		return
 	}
-	dead, err := s.opts.Queues.ListDead(ctx, queue.DeadFilter{Queue: name, Group: group, Limit: deadShown})
+	q := r.URL.Query()
+	if m.Queue != nil && q.Get("list") == listLive {
+		m.List = listLive
+	}
+	m.Term = strings.TrimSpace(q.Get("q"))
+	if len(m.Term) > maxKeyLen {
+		m.Term = m.Term[:maxKeyLen]
+	}
+	if group != "" {
+		m.Keep = append(m.Keep, formField{"group", group})
+	}
+	if m.Queue != nil {
+		m.Tabs = []stateTab{
+			{Label: "Dead letters", Count: count(m.DeadTotal), Href: m.Path + "?list=dead", Active: m.List == listDead, Testid: "tab-dead"},
+			{Label: "Live messages", Count: count(m.Queue.Depth() + m.Queue.InFlight), Href: m.Path + "?list=live", Active: m.List == listLive, Testid: "tab-live"},
+		}
+		m.Keep = append(m.Keep, formField{"list", m.List})
+	}
+	if m.List == listLive {
+		err = s.liveWindow(r, &m)
+	} else {
+		err = s.deadWindow(r, &m)
+	}
+	if errors.Is(err, queue.ErrBadCursor) {
+		s.problem(w, r, http.StatusBadRequest, "queues", "That page of the list is not one the console gave out; start again from the newest.")
+		return
+	}
 	if err != nil {
 		s.failed(w, r, "queues", err)
 		return
 	}
-	m.Dead = toDeadRows(dead)
-	// The page said "Dead letters (100)" for any number above 100: the
-	// total is the statistics' count (read a moment before the list).
-	switch {
-	case m.Queue != nil:
-		m.DeadTotal = m.Queue.Dead
-	case m.Topic != nil:
-		m.DeadTotal = m.Topic.Dead
-	}
-	m.DeadTotal = max(m.DeadTotal, int64(len(m.Dead)))
 	title := "Queue " + name
 	if group != "" {
 		title = "Topic " + name + " · group " + group
@@ -253,27 +275,136 @@ func (s *Server) queueDetail(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, queueDetailPage(s.newPage(w, r, title, "queues"), m))
 }
 
-// deadFilterOf reads the dead letters a queue form acts on: the queue from
-// the path; group and id (empty: all) from the form.
-func deadFilterOf(r *http.Request) queue.DeadFilter {
-	return queue.DeadFilter{Queue: mux.Vars(r)["queue"], Group: r.PostForm.Get("group"), ID: r.PostForm.Get("id")}
+// deadWindow reads the window of dead letters r asks for into m, with its
+// pager and bulk actions.
+func (s *Server) deadWindow(r *http.Request, m *queueDetailModel) error {
+	ctx, win := r.Context(), windowOf(r)
+	f := queue.DeadFilter{Queue: m.Name, Group: m.Group, Search: m.Term, Before: win.Before, After: win.After, NewestFirst: true, Limit: perPage + 1}
+	dead, err := s.opts.Queues.ListDead(ctx, f)
+	if err != nil {
+		return err
+	}
+	shown, _, _ := fitWindow(dead, perPage, win)
+	var firstKey, lastKey string
+	if len(shown) > 0 {
+		firstKey, lastKey = shown[0].Cursor, shown[len(shown)-1].Cursor
+	}
+	c, err := s.opts.Queues.CountDead(ctx, f, firstKey)
+	if err != nil {
+		return err
+	}
+	m.Dead = toDeadRows(shown)
+	m.Pager = countedPager(r, len(shown), firstKey, lastKey, c.Total, c.Newer, "dead letters")
+	fields := append(slices.Clone(m.Keep), formField{"back", m.Self})
+	if m.Term != "" {
+		fields = append(fields, formField{"q", m.Term})
+	}
+	m.Bulk = bulkModel{
+		FormID: deadBulkForm, Noun: "dead letters", Total: c.Total, Fields: fields,
+		Actions: []bulkAction{
+			{Label: "Redrive", Action: queueActionHref(m.Name, "dead/redrive"), Testid: "redrive"},
+			{Label: "Delete", Action: queueActionHref(m.Name, "dead/purge"), Testid: "delete"},
+		},
+	}
+	return nil
 }
 
-func deadWhat(f queue.DeadFilter) string {
-	what := "every dead letter of " + f.Queue
-	if f.ID != "" {
+// liveWindow reads the window of live messages r asks for into m.
+func (s *Server) liveWindow(r *http.Request, m *queueDetailModel) error {
+	ctx, win := r.Context(), windowOf(r)
+	state := queue.MessageState(r.URL.Query().Get("state"))
+	switch state {
+	case queue.StateReady, queue.StateDelayed, queue.StateHeld, queue.StateInFlight:
+		m.Keep = append(m.Keep, formField{"state", string(state)})
+	default:
+		state = ""
+	}
+	for _, t := range []struct {
+		state queue.MessageState
+		label string
+	}{{"", "All"}, {queue.StateReady, "Ready"}, {queue.StateDelayed, "Delayed"}, {queue.StateHeld, "Held"}, {queue.StateInFlight, "In flight"}} {
+		href := m.Path + "?list=live"
+		if t.state != "" {
+			href += "&state=" + string(t.state)
+		}
+		if m.Term != "" {
+			href += "&q=" + url.QueryEscape(m.Term)
+		}
+		m.States = append(m.States, stateTab{Label: t.label, Href: href, Active: t.state == state, Testid: "live-state-" + cmp.Or(string(t.state), "all")})
+	}
+	f := queue.MessageFilter{Queue: m.Name, State: state, Search: m.Term, Before: win.Before, After: win.After, NewestFirst: true, Limit: perPage + 1}
+	live, err := s.opts.Queues.ListMessages(ctx, f)
+	if err != nil {
+		return err
+	}
+	shown, _, _ := fitWindow(live, perPage, win)
+	var firstKey, lastKey string
+	if len(shown) > 0 {
+		firstKey, lastKey = shown[0].Cursor, shown[len(shown)-1].Cursor
+	}
+	c, err := s.opts.Queues.CountMessages(ctx, f, firstKey)
+	if err != nil {
+		return err
+	}
+	for _, l := range shown {
+		m.Live = append(m.Live, liveMessageRow{
+			ID: string(l.ID), State: string(l.State), Attempts: l.Attempts, LastError: mask.Phones(l.LastError),
+			OrderKey: l.OrderKey, SentAt: when(l.SentAt), VisibleAt: when(l.VisibleAt), Body: prettyPayload(l.Body),
+		})
+	}
+	m.Pager = countedPager(r, len(shown), firstKey, lastKey, c.Total, c.Newer, "live messages")
+	return nil
+}
+
+// deadScope reads the dead letters a queue form acts on: the queue from the
+// path; group, search term and scope from the form. A form of one row names
+// its id; a bulk form chooses ids (scope=chosen) or every dead letter
+// matching its search (scope=all); a form with neither acts on all. ok is
+// false when a bulk form chose nothing.
+func deadScope(r *http.Request) (f queue.DeadFilter, ok bool) {
+	f = queue.DeadFilter{Queue: mux.Vars(r)["queue"], Group: r.PostForm.Get("group")}
+	switch r.PostForm.Get("scope") {
+	case "":
+		f.ID = strings.TrimSpace(r.PostForm.Get("id"))
+		return f, true
+	case "all":
+		f.Search = strings.TrimSpace(r.PostForm.Get("q"))
+		return f, true
+	}
+	ids, _, ok := bulkScope(r)
+	f.IDs = ids
+	return f, ok
+}
+
+// deadWhat names the dead letters of f, with their number: the confirmation
+// says how many an action takes.
+func deadWhat(f queue.DeadFilter, n int64) string {
+	var what string
+	switch {
+	case f.ID != "":
 		what = "dead letter " + f.ID + " of " + f.Queue
+	case len(f.IDs) == 1:
+		what = "the 1 chosen dead letter (" + f.IDs[0] + ") of " + f.Queue
+	case len(f.IDs) > 0:
+		what = "the " + countInt(len(f.IDs)) + " chosen dead letters of " + f.Queue
+	case n == 1:
+		what = "the 1 dead letter of " + f.Queue
+	default:
+		what = "all " + count(n) + " dead letters of " + f.Queue
 	}
 	if f.Group != "" {
 		what += " (group " + f.Group + ")"
+	}
+	if f.Search != "" {
+		what += " matching “" + f.Search + "”"
 	}
 	return what
 }
 
 func (s *Server) queueRedrive(w http.ResponseWriter, r *http.Request) {
 	s.deadLetterAction(w, r, deadAction{
-		question: func(f queue.DeadFilter) string {
-			return "Redrive " + deadWhat(f) + "? It goes back to be handled again."
+		question: func(what string) string {
+			return "Redrive " + what + "? Each goes back to be handled again."
 		},
 		verb:     "Redrive",
 		do:       func(ctx context.Context, f queue.DeadFilter) (int, error) { return s.opts.Queues.Redrive(ctx, f) },
@@ -284,7 +415,7 @@ func (s *Server) queueRedrive(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) queuePurgeDead(w http.ResponseWriter, r *http.Request) {
 	s.deadLetterAction(w, r, deadAction{
-		question: func(f queue.DeadFilter) string { return "Delete " + deadWhat(f) + " for good? This cannot be undone." },
+		question: func(what string) string { return "Delete " + what + " for good? This cannot be undone." },
 		verb:     "Delete for good",
 		do:       func(ctx context.Context, f queue.DeadFilter) (int, error) { return s.opts.Queues.PurgeDead(ctx, f) },
 		notFound: func(error) bool { return false },
@@ -294,34 +425,52 @@ func (s *Server) queuePurgeDead(w http.ResponseWriter, r *http.Request) {
 
 // deadAction is one of the Queues page's actions on dead letters.
 type deadAction struct {
-	question func(f queue.DeadFilter) string // what the confirmation asks
-	verb     string                          // its button
+	question func(what string) string // what the confirmation asks, of deadWhat
+	verb     string                   // its button
 	do       func(ctx context.Context, f queue.DeadFilter) (int, error)
 	notFound func(err error) bool // whether err means there was nothing to act on
 	done     string               // the past tense the flash reports
 }
 
 // deadLetterAction runs a on the dead letters the form names, after the
-// operator confirms, and returns to the queue's page.
+// operator confirms — the confirmation states how many — and returns to
+// the queue's page.
 func (s *Server) deadLetterAction(w http.ResponseWriter, r *http.Request, a deadAction) {
 	if !s.parseForm(w, r, "/admin/queues") {
 		return
 	}
-	f := deadFilterOf(r)
+	f, ok := deadScope(r)
 	back := backTo(r, queueHref(f.Queue, f.Group))
 	if s.opts.Queues == nil {
 		s.done(w, r, back, false, "Queues are not wired in this process.")
 		return
 	}
-	if !s.confirmed(w, r, "queues", a.question(f), a.verb, back) {
+	if !ok {
+		s.done(w, r, back, false, "Choose at least one dead letter first (the check boxes), or act on all matching.")
 		return
 	}
-	n, err := a.do(r.Context(), f)
+	var n int64
+	if f.ID == "" && len(f.IDs) == 0 && r.PostForm.Get("confirm") != "yes" {
+		c, err := s.opts.Queues.CountDead(r.Context(), f, "")
+		if err != nil {
+			s.actionFailed(w, r, back, err, false)
+			return
+		}
+		if c.Total == 0 {
+			s.done(w, r, back, false, "No dead letters of "+f.Queue+" match; nothing was done.")
+			return
+		}
+		n = c.Total
+	}
+	if !s.confirmed(w, r, "queues", a.question(deadWhat(f, n)), a.verb, back) {
+		return
+	}
+	done, err := a.do(r.Context(), f)
 	if err != nil {
 		s.actionFailed(w, r, back, err, a.notFound(err))
 		return
 	}
-	s.done(w, r, back, true, a.done+" "+countInt(n)+" dead letter(s) of "+f.Queue+".")
+	s.done(w, r, back, true, a.done+" "+countInt(done)+" dead letter(s) of "+f.Queue+".")
 }
 
 func (s *Server) queuePurge(w http.ResponseWriter, r *http.Request) {
@@ -367,4 +516,26 @@ func queueTotals(rows []queueRow) (depth, dead int64) {
 // queueActionHref is the POST route of an action on a queue or topic.
 func queueActionHref(name, action string) string {
 	return "/admin/queues/" + url.PathEscape(name) + "/" + action
+}
+
+// keyWord is what a list's search calls a row's key.
+func keyWord(what string) string {
+	if what == "a message" {
+		return "order key"
+	}
+	return "order or record key"
+}
+
+// countedPager is the pager of a window whose list was counted: in all
+// (total) and before the window (newer). The counts say whether there are
+// newer and older windows, and the last window — the oldest rows — has a
+// link of its own.
+func countedPager(r *http.Request, shown int, firstKey, lastKey string, total, newer int64, noun string) pager {
+	hasOlder := newer+int64(shown) < total
+	p := newPager(listBase(r), shown, newer > 0, hasOlder, firstKey, lastKey, noun)
+	p.Total, p.Offset = total, newer
+	if hasOlder {
+		p.Last = withWindow(listBase(r), "after", queue.CursorOldest)
+	}
+	return p
 }

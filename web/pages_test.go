@@ -340,7 +340,7 @@ func TestQueueConsole(t *testing.T) {
 			strings.Contains(s, "79990001111") || strings.Contains(s, "79995550011") {
 			t.Fatalf("dead letter:\n%s", s)
 		}
-		if tid(doc, "redrive-all").Length() != 1 || tid(doc, "purge-queue").Length() != 1 {
+		if tid(doc, "dead-bulk-redrive-all").Length() != 1 || tid(doc, "purge-queue").Length() != 1 {
 			t.Fatal("redrive all or purge is missing")
 		}
 		c.get(t, "/admin/queues/no.such.queue", http.StatusNotFound)
@@ -351,7 +351,8 @@ func TestQueueConsole(t *testing.T) {
 			t.Fatalf("landed %s flash %q", landed, trimmed(flash))
 		}
 		doc := c.get(t, "/admin/queues/console.failing", http.StatusOK)
-		if tid(doc, "dead-empty").Length() != 1 || doc.Find(`[data-testid="live-table"] tbody tr`).Length() != 1 {
+		live := c.get(t, "/admin/queues/console.failing?list=live", http.StatusOK)
+		if tid(doc, "dead-empty").Length() != 1 || live.Find(`[data-testid="live-table"] tbody tr`).Length() != 1 {
 			t.Fatal("the redriven message is not live again")
 		}
 		_, flash = c.act(t, "/admin/queues/console.failing/dead/redrive", url.Values{"id": {"nope"}})

@@ -86,6 +86,9 @@ type pager struct {
 	First  string
 	Newer  string
 	Older  string
+	// Last links to the list's last (oldest) window, when its owner has a
+	// key for it and this window is not it; set by the list's handler.
+	Last string
 }
 
 // newPager builds the pager of a window of shown rows. base is the list's
@@ -147,7 +150,7 @@ func (p pager) Position() string {
 
 // Paged reports whether the list has more than one window, so the pager
 // needs its links.
-func (p pager) Paged() bool { return p.Newer != "" || p.Older != "" }
+func (p pager) Paged() bool { return p.Newer != "" || p.Older != "" || p.Last != "" }
 
 // bulkModel is a list's bulk actions (bulkBar).
 type bulkModel struct {
