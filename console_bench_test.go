@@ -249,7 +249,7 @@ func atSizeTelegramID(i int) int { return 700_000_000 + i%100_000 }
 // interrupted seed is never used.
 func atSizeDB(b *testing.B, events, threads, dead int) string {
 	b.Helper()
-	const version = 1 // bump when the seed changes
+	const version = 2 // bump when the seed changes
 	dir := filepath.Join(os.TempDir(), "switchyard-bench")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
@@ -339,6 +339,11 @@ func seedAtSize(b *testing.B, db *store.DB, events, threads, dead int) {
 	now := db.Now()
 	omnitest.Threads(b, db, "bench-", threads, now)
 	b.Logf("seed: %d chat threads (%s)", threads, time.Since(start).Round(time.Second))
-	queuetest.DeadLetters(b, db, atSizeDeadQueue, "m_bench", dead, now)
+	if _, err := queuetest.SeedDead(ctx, db, queuetest.DeadOpts{Queue: atSizeDeadQueue, N: dead,
+		Start: now.Add(-time.Duration(dead) * time.Millisecond),
+		Body:  func(int) []byte { return []byte(`{"chat_id":5550001001,"text":"Your status NFT is active"}`) },
+	}); err != nil {
+		b.Fatal(err)
+	}
 	b.Logf("seed: %d dead letters (%s)", dead, time.Since(start).Round(time.Second))
 }

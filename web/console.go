@@ -59,6 +59,8 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	post("/chat/threads/{id:[0-9]+}/read", s.chatRead)
 	post("/chat/threads/{id:[0-9]+}/close", s.chatClose)
 
+	post("/theme", s.setTheme)
+
 	get("/search", s.search)
 	get("/traces/{id}", s.tracePage)
 
@@ -99,7 +101,7 @@ func (s *Server) renderStatus(w http.ResponseWriter, r *http.Request, status int
 	if isFragmentRequest(r) {
 		err = templ.RenderFragments(r.Context(), &buf, c, liveFragment)
 	} else {
-		err = c.Render(r.Context(), &buf)
+		err = c.Render(withTheme(r), &buf)
 	}
 	if err != nil {
 		s.log.ErrorContext(r.Context(), "render page", slog.String("path", r.URL.Path), slog.Any("err", err))

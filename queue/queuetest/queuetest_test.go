@@ -15,8 +15,11 @@ func TestDeadLetters(t *testing.T) {
 	t.Run("seeded dead letters are counted and listed, oldest death first, as the admin reads them", func(t *testing.T) {
 		t.Parallel()
 		db := storetest.New(t)
-		newest := time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)
-		queuetest.DeadLetters(t, db, "seed.failing", "m_seed", 1_234, newest) // more than one batch
+		start := time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)
+		ids, err := queuetest.SeedDead(t.Context(), db, queuetest.DeadOpts{Queue: "seed.failing", N: 1_234, Start: start}) // more than one batch
+		if err != nil {
+			t.Fatal(err)
+		}
 		admin := queue.NewAdmin(queue.AdminOpts{DB: db})
 		st, err := admin.Stats(context.Background())
 		if err != nil {
@@ -29,8 +32,8 @@ func TestDeadLetters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(dead) != 2 || dead[0].ID != "m_seed0" || !dead[1].DeadAt.Equal(newest.Add(-1232*time.Second)) || len(dead[0].Body) == 0 {
-			t.Fatalf("dead letters %+v, want m_seed0 first, a second apart", dead)
+		if len(dead) != 2 || dead[0].ID != ids[0] || !dead[1].DeadAt.Equal(start.Add(time.Millisecond)) || len(dead[0].Body) == 0 {
+			t.Fatalf("dead letters %+v, want %s first, a millisecond apart", dead, ids[0])
 		}
 	})
 }
