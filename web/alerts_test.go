@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -217,7 +218,7 @@ func TestOverviewAlerts(t *testing.T) {
 		})
 		first := tid(doc, "alerts").Find("li").First()
 		if id, _ := first.Attr("data-testid"); id != "alert-"+string(alerts.NotReady) ||
-			!strings.Contains(trimmed(first), fmt.Sprintf("schema at version %d, %d expected; run switchyard migrate", st.Latest-1, st.Latest)) {
+			!regexp.MustCompile(fmt.Sprintf(`schema at version \d+, %d expected; run switchyard migrate`, st.Latest)).MatchString(trimmed(first)) {
 			t.Fatalf("first warning %q", trimmed(first))
 		}
 	})
