@@ -124,11 +124,20 @@ func TestPauseQueue(t *testing.T) {
 			handled.Add(1)
 			return nil
 		}})
+		marker := queue.New(queue.NewOpts{DB: b.db, Name: "marker"})
+		markers := counting(t, marker)
 		b.pause(t, queue.PauseTarget{Queue: "slow.poll"}, "admin API")
 		sendN(t, q, 3)
-		// The send woke the worker, whose receive found the queue paused; with
-		// an hour's poll only the resume's wake-up can deliver within the wait.
-		testwait.Until(t, 5*time.Second, "the message sent", func() bool { return queueStatsOf(t, b.admin, "slow.poll").Ready == 3 })
+		// Each send woke the worker, whose receive found the queue paused.
+		// A message sent to another queue afterwards and handled (a receive
+		// and an acknowledgement through the same writer) lets those
+		// receives finish first; then, with an hour's poll, only the resume's
+		// wake-up can deliver within the wait.
+		sendN(t, marker, 1)
+		testwait.Until(t, 5*time.Second, "the marker handled", func() bool { return markers.Load() == 1 })
+		if qs := queueStatsOf(t, b.admin, "slow.poll"); qs.Ready != 3 || handled.Load() != 0 {
+			t.Fatalf("paused: %d handled, statistics %+v", handled.Load(), qs)
+		}
 		b.resume(t, queue.PauseTarget{Queue: "slow.poll"})
 		testwait.Until(t, 10*time.Second, "the messages handled after the resume", func() bool { return handled.Load() == 3 })
 	})
