@@ -65,7 +65,8 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	post("/queues/{queue}/dead/redrive", s.queueRedrive)
 	post("/queues/{queue}/dead/purge", s.queuePurgeDead)
 	post("/queues/{queue}/purge", s.queuePurge)
-	post("/queues/{queue}/{action:pause|resume}", s.queuePauseAction) // the group, if any, in the form
+	post("/queues/{queue}/pause", s.queuePause) // a topic's group, if any, in the form
+	post("/queues/{queue}/resume", s.queueResume)
 
 	if s.opts.Sandbox != nil {
 		s.sandboxConsoleRoutes(r)

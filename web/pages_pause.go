@@ -48,17 +48,21 @@ func toPauseView(name, group string, st queue.PauseState) pauseView {
 	return v
 }
 
-// queuePauseAction pauses or resumes a queue, or a topic's consumer group
-// when the form names one, and returns to the page the form was on. Pausing
-// deletes nothing and is undone by Resume, so it asks no confirmation.
-// The console's sessions are all of the one admin token, so the pause is
-// recorded as the console's (queue.ConsoleActor), not a person's.
-func (s *Server) queuePauseAction(w http.ResponseWriter, r *http.Request) {
+// queuePause pauses a queue, or a topic's consumer group when the form names
+// one, and returns to the page the form was on. Pausing deletes nothing and
+// is undone by Resume, so it asks no confirmation. The console's sessions
+// are all of the one admin token, so the pause is recorded as the
+// console's (queue.ConsoleActor), not a person's.
+func (s *Server) queuePause(w http.ResponseWriter, r *http.Request) { s.pauseAction(w, r, true) }
+
+// queueResume resumes what queuePause paused.
+func (s *Server) queueResume(w http.ResponseWriter, r *http.Request) { s.pauseAction(w, r, false) }
+
+func (s *Server) pauseAction(w http.ResponseWriter, r *http.Request, pause bool) {
 	if !s.parseForm(w, r, "/admin/queues") {
 		return
 	}
-	v := mux.Vars(r)
-	t := queue.PauseTarget{Queue: v["queue"], Group: r.PostForm.Get("group")}
+	t := queue.PauseTarget{Queue: mux.Vars(r)["queue"], Group: r.PostForm.Get("group")}
 	back := pauseBack(r)
 	if s.opts.Queues == nil {
 		s.done(w, r, back, false, "Queues are not wired in this process.")
@@ -69,7 +73,7 @@ func (s *Server) queuePauseAction(w http.ResponseWriter, r *http.Request) {
 		what = "Consumer group " + t.Group + " of " + t.Queue
 	}
 	var err error
-	if v["action"] == "pause" {
+	if pause {
 		_, err = s.opts.Queues.Pause(r.Context(), t, queue.PauseOpts{By: queue.ConsoleActor, Reason: r.PostForm.Get("reason")})
 		what += " is paused: its messages wait until you resume it."
 	} else {
