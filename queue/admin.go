@@ -86,6 +86,8 @@ type QueueStats struct {
 	OldestAt time.Time
 	// OldestAge is the age of the oldest live message.
 	OldestAge time.Duration
+	// Pause says whether the queue is paused, since when and by whom.
+	Pause PauseState
 }
 
 // TopicStats describes a topic, its partitions and its groups.
@@ -118,6 +120,8 @@ type GroupStats struct {
 	// subscribers, in any process, sorted.
 	Members    []string
 	Partitions []GroupPartitionStats
+	// Pause says whether the group is paused, since when and by whom.
+	Pause PauseState
 }
 
 // GroupPartitionStats is a group's progress on one partition.
@@ -181,6 +185,15 @@ func (a *Admin) queueStats(ctx context.Context) ([]QueueStats, error) {
 	}
 	for _, n := range hubFor(a.db).declaredQueues() {
 		get(n)
+	}
+	pauses, err := allPauses(ctx, a.db)
+	if err != nil {
+		return nil, err
+	}
+	for t, p := range pauses {
+		if t.Group == "" {
+			get(t.Queue).Pause = p // a paused queue stays in view, messages or not
+		}
 	}
 	rows, err := a.db.Read.QueryContext(ctx, queueStatsQuery,
 		parkedTimeout, nowText, parkedTimeout, nowText, parkedTimeout, parkedTimeout, nowText)
@@ -310,6 +323,9 @@ func groupStats(ctx context.Context, db *store.DB, topic, group string, partitio
 	gs := GroupStats{Group: group}
 	v, err := readGroupView(ctx, db, topic, group, partitions)
 	if err != nil {
+		return gs, err
+	}
+	if gs.Pause, err = pauseOf(ctx, db, topic, group); err != nil {
 		return gs, err
 	}
 	gs.Members = v.members

@@ -49,6 +49,14 @@ func (s *Subscription) processChunk(p *partState, items []*entry) chunkResult {
 	for i, e := range items {
 		r.outs[i] = recOutcome{kind: outcomeSkipped, attempts: e.attempts + 1}
 	}
+	if paused, err := s.groupPaused(context.WithoutCancel(s.hctx), nil); err != nil || paused {
+		// Paused, or the state could not be read: process nothing now.
+		r.err = err
+		if paused {
+			r.err = errPaused
+		}
+		return r
+	}
 	var (
 		ran    []*entry // processed, in offset order
 		at     []int    // their places in items

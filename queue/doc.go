@@ -88,6 +88,7 @@
 //
 // Admin is the operator's side: Stats for the console, the JSON admin API
 // (AdminRoutes: queues, topics, groups, dead letters), redrive and purge,
-// and the janitor that applies retention.
+// pause and resume of a queue or a consumer group in every process on the
+// database (pause.go), and the janitor that applies retention.
 // docs/queue.md describes the mechanisms in full.
 package queue

@@ -180,6 +180,7 @@ var deleteGroupQueries = []string{
 	`delete from queue_group_retries where topic = ? and grp = ?`,
 	`delete from queue_group_done where topic = ? and grp = ?`,
 	`delete from queue_failures where queue = ? and grp = ?`,
+	`delete from queue_pauses where queue = ? and grp = ?`,
 }
 
 func deleteGroup(ctx context.Context, db *store.DB, topic string, partitions int, group string) error {

@@ -36,6 +36,8 @@ import (
 //	POST /queues/{name}/dlq/redrive                  redrive every dead letter, or those a body names (bulkBody)
 //	POST /queues/{name}/dlq/{id}/redrive             redrive one
 //	POST /queues/{name}/dlq/purge                    delete the dead letters, or those a body names (bulkBody)
+//	POST /queues/{name}/pause                        pause the queue's workers everywhere: {"reason": "…"} (optional)
+//	POST /queues/{name}/resume                       resume them (handlePause)
 //	GET  /topics                                     topics, partitions, groups with lag
 //	POST /topics/{topic}/messages?key=               publish a JSON object (key: ?key= or its "aggregateId"),
 //	                                                 or a batch: a JSON array or application/x-ndjson (handlePublish)
@@ -47,6 +49,8 @@ import (
 //	POST /topics/{topic}/groups/{group}/dlq/redrive  redrive them all, or those a body names (bulkBody)
 //	POST /topics/{topic}/groups/{group}/dlq/{id}/redrive
 //	POST /topics/{topic}/groups/{group}/dlq/purge
+//	POST /topics/{topic}/groups/{group}/pause        pause one group's subscribers everywhere: {"reason": "…"} (optional)
+//	POST /topics/{topic}/groups/{group}/resume       resume them
 func (a *Admin) AdminRoutes(r *mux.Router) {
 	r.Handle("/queues", httpjson.HandlerFunc(a.handleQueues)).Methods(http.MethodGet)
 	r.Handle("/queues/{name}/messages", httpjson.HandlerFunc(a.handleQueueMessages)).Methods(http.MethodGet)
@@ -55,6 +59,8 @@ func (a *Admin) AdminRoutes(r *mux.Router) {
 	r.Handle("/queues/{name}/dlq/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
 	r.Handle("/queues/{name}/dlq/purge", httpjson.HandlerFunc(a.handlePurgeDead)).Methods(http.MethodPost)
 	r.Handle("/queues/{name}/dlq/{id}/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
+	r.Handle("/queues/{name}/pause", httpjson.HandlerFunc(a.handlePause)).Methods(http.MethodPost)
+	r.Handle("/queues/{name}/resume", httpjson.HandlerFunc(a.handleResume)).Methods(http.MethodPost)
 	r.Handle("/topics", httpjson.HandlerFunc(a.handleTopics)).Methods(http.MethodGet)
 	r.Handle("/topics/{topic}/messages", httpjson.HandlerFunc(a.handlePublish)).Methods(http.MethodPost)
 	r.Handle("/topics/{topic}/messages", httpjson.HandlerFunc(a.handleRead)).Methods(http.MethodGet)
@@ -65,6 +71,8 @@ func (a *Admin) AdminRoutes(r *mux.Router) {
 	r.Handle("/topics/{topic}/groups/{group}/dlq/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
 	r.Handle("/topics/{topic}/groups/{group}/dlq/purge", httpjson.HandlerFunc(a.handlePurgeDead)).Methods(http.MethodPost)
 	r.Handle("/topics/{topic}/groups/{group}/dlq/{id}/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
+	r.Handle("/topics/{topic}/groups/{group}/pause", httpjson.HandlerFunc(a.handlePause)).Methods(http.MethodPost)
+	r.Handle("/topics/{topic}/groups/{group}/resume", httpjson.HandlerFunc(a.handleResume)).Methods(http.MethodPost)
 }
 
 type queueJSON struct {
@@ -76,6 +84,7 @@ type queueJSON struct {
 	Dead             int64      `json:"dead"`
 	OldestAt         *time.Time `json:"oldestAt"`
 	OldestAgeSeconds float64    `json:"oldestAgeSeconds"`
+	pauseJSON
 }
 
 func (a *Admin) handleQueues(w http.ResponseWriter, r *http.Request) error {
@@ -87,7 +96,7 @@ func (a *Admin) handleQueues(w http.ResponseWriter, r *http.Request) error {
 	for _, q := range qs {
 		out = append(out, queueJSON{
 			Name: q.Name, Ready: q.Ready, Delayed: q.Delayed, Held: q.Held, InFlight: q.InFlight, Dead: q.Dead,
-			OldestAt: timePtr(q.OldestAt), OldestAgeSeconds: q.OldestAge.Seconds(),
+			OldestAt: timePtr(q.OldestAt), OldestAgeSeconds: q.OldestAge.Seconds(), pauseJSON: pauseView(q.Pause),
 		})
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"queues": out})
@@ -399,6 +408,7 @@ type groupJSON struct {
 	OldestAgeSeconds float64              `json:"oldestAgeSeconds"`
 	Members          []string             `json:"members"`
 	Partitions       []groupPartitionJSON `json:"partitions"`
+	pauseJSON
 }
 
 type groupPartitionJSON struct {
@@ -434,7 +444,7 @@ func (a *Admin) handleTopics(w http.ResponseWriter, r *http.Request) error {
 
 func groupJSONOf(g GroupStats) groupJSON {
 	gj := groupJSON{Group: g.Group, Lag: g.Lag, Retrying: g.Retrying, Dead: g.Dead, OldestAgeSeconds: g.OldestAge.Seconds(),
-		Members: append([]string{}, g.Members...), Partitions: []groupPartitionJSON{}}
+		Members: append([]string{}, g.Members...), Partitions: []groupPartitionJSON{}, pauseJSON: pauseView(g.Pause)}
 	for _, p := range g.Partitions {
 		gj.Partitions = append(gj.Partitions, groupPartitionJSON{
 			Partition: p.Partition, Committed: p.Committed, End: p.End, Lag: p.Lag,
@@ -881,22 +891,131 @@ func (a *Admin) handleRead(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// queueExists answers 404 for a queue that is not declared in this process
-// and has no messages and no dead letters.
+// pauseJSON is a queue's or a group's pause state: pausedAt null, pausedBy
+// and pauseReason "" while it runs.
+type pauseJSON struct {
+	Paused      bool       `json:"paused"`
+	PausedAt    *time.Time `json:"pausedAt"`
+	PausedBy    string     `json:"pausedBy"`
+	PauseReason string     `json:"pauseReason"`
+}
+
+func pauseView(p PauseState) pauseJSON {
+	return pauseJSON{Paused: p.Paused, PausedAt: timePtr(p.At), PausedBy: p.By, PauseReason: p.Reason}
+}
+
+// pauseAnswerJSON is what the pause and resume routes answer: what they
+// applied to and its state now.
+type pauseAnswerJSON struct {
+	Queue string `json:"queue,omitempty"`
+	Topic string `json:"topic,omitempty"`
+	Group string `json:"group,omitempty"`
+	pauseJSON
+}
+
+// pauseTargetOf reads what a pause or resume route names: a queue, or a
+// topic's group.
+func pauseTargetOf(r *http.Request) PauseTarget {
+	v := mux.Vars(r)
+	if topic, ok := v["topic"]; ok {
+		return PauseTarget{Queue: topic, Group: v["group"]}
+	}
+	return PauseTarget{Queue: v["name"]}
+}
+
+func pauseAnswer(t PauseTarget, st PauseState) pauseAnswerJSON {
+	if t.Group != "" {
+		return pauseAnswerJSON{Topic: t.Queue, Group: t.Group, pauseJSON: pauseView(st)}
+	}
+	return pauseAnswerJSON{Queue: t.Queue, pauseJSON: pauseView(st)}
+}
+
+// APIActor is who the admin API records as having paused something when
+// the request carries the admin Bearer token; a request the console's
+// session let through is recorded as ConsoleActor. The token is shared by
+// every operator, so these name the surface, not a person.
+const (
+	APIActor     = "admin API"
+	ConsoleActor = "console"
+)
+
+// handlePause pauses a queue or a group: 200 with its state, the same when
+// it was paused already (who paused it first, and when); 404 for an unknown
+// one. The body is optional: {"reason": "…"}.
+func (a *Admin) handlePause(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if r.ContentLength != 0 {
+		if err := httpjson.Decode(r, &body); err != nil {
+			return err
+		}
+	}
+	if len(body.Reason) > 500 {
+		return httpjson.BadRequest("reason: at most 500 bytes")
+	}
+	by := ConsoleActor
+	if _, ok := bearerToken(r); ok {
+		by = APIActor
+	}
+	t := pauseTargetOf(r)
+	st, err := a.Pause(r.Context(), t, PauseOpts{By: by, Reason: strings.TrimSpace(body.Reason)})
+	if err != nil {
+		return notFound(err)
+	}
+	httpjson.Write(w, http.StatusOK, pauseAnswer(t, st))
+	return nil
+}
+
+// handleResume resumes a queue or a group: 200 with its state (running),
+// also when it was running; 404 for an unknown one.
+func (a *Admin) handleResume(w http.ResponseWriter, r *http.Request) error {
+	t := pauseTargetOf(r)
+	st, err := a.Resume(r.Context(), t)
+	if err != nil {
+		return notFound(err)
+	}
+	httpjson.Write(w, http.StatusOK, pauseAnswer(t, st))
+	return nil
+}
+
+// bearerToken reports whether r carries an "Authorization: Bearer" header
+// (the admin API's authentication has already checked it).
+func bearerToken(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", false
+	}
+	return strings.TrimSpace(h[len(prefix):]), true
+}
+
+// queueExists answers 404 for a queue the database does not know (knownQueue).
 func (a *Admin) queueExists(ctx context.Context, name string) error {
+	ok, err := a.knownQueue(ctx, name)
+	if err == nil && !ok {
+		return httpjson.NotFound("no queue %q", name)
+	}
+	return err
+}
+
+// knownQueue reports whether a queue is declared in this process or has
+// messages, dead letters or a pause.
+func (a *Admin) knownQueue(ctx context.Context, name string) (bool, error) {
 	for _, n := range hubFor(a.db).declaredQueues() {
 		if n == name {
-			return nil
+			return true, nil
 		}
 	}
 	var one int
 	err := a.db.Read.QueryRowContext(ctx, `
 		select 1 where exists (select 1 from goqite where queue in (?, ?))
-		or exists (select 1 from queue_dead where queue = ? and grp = '')`, name, heldQueue(name), name).Scan(&one)
+		or exists (select 1 from queue_dead where queue = ? and grp = '')
+		or exists (select 1 from queue_pauses where queue = ? and grp = '')`, name, heldQueue(name), name, name).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
-		return httpjson.NotFound("no queue %q", name)
+		return false, nil
 	}
-	return err
+	return err == nil, err
 }
 
 func (a *Admin) groupExists(ctx context.Context, topic, group string) error {

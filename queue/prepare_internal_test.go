@@ -26,7 +26,7 @@ func TestReceiveIsNotCompiledAgain(t *testing.T) {
 			}
 			defer st.Close()
 			run := func(v int) {
-				rows, err := st.QueryContext(ctx, fmt.Sprintf("2026-12-04T10:00:%02d.000Z", v), "q", fmt.Sprintf("2026-12-04T09:00:%02d.000Z", v), 10+v)
+				rows, err := st.QueryContext(ctx, fmt.Sprintf("2026-12-04T10:00:%02d.000Z", v), "q", fmt.Sprintf("2026-12-04T09:00:%02d.000Z", v), 10+v, "q")
 				if err != nil {
 					t.Fatal(err)
 				}

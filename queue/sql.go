@@ -123,6 +123,7 @@ func hotQueries(db *store.DB) []string {
 		savepointQuery, releaseSavepointQuery, rollbackSavepointQuery,
 		deleteRecordRetryQuery, advanceQuery, insertDoneQuery, insertRecordRetryQuery, updateRecordRetryQuery,
 		firstFailedRecordQuery, committedQuery, doneAboveQuery, setCommittedQuery, deleteDoneBelowQuery,
+		pausedQuery,
 	}
 	queries = append(queries, appendQueries...)
 	if db.Postgres() {

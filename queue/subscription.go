@@ -119,6 +119,9 @@ type Subscription struct {
 	inflight  int
 	next      int       // partition to look at first, for fairness
 	nextDue   time.Time // earliest retry of a held-back record
+	// paused: the group was paused when last looked (pause.go); no
+	// record is started until a look finds it resumed.
+	paused bool
 }
 
 // partState is what the subscriber holds of an owned partition: its
@@ -311,6 +314,7 @@ func (s *Subscription) loop() {
 	s.renewLeases(ctx)
 	s.rebalance(ctx)
 	s.updateGauges(ctx)
+	s.lookPaused(ctx)
 
 	for {
 		if stopping == nil && s.inflight == 0 {
@@ -327,8 +331,9 @@ func (s *Subscription) loop() {
 			}
 		}
 		if redrives.woken.Swap(false) {
-			// A redrive, or a member of this process joined or handed
-			// partitions over.
+			// A redrive, a pause or a resume, or a member of this process
+			// joined or handed partitions over.
+			s.lookPaused(ctx)
 			s.loadRedriven(ctx)
 			if stopping != nil {
 				s.rebalance(ctx)
@@ -345,7 +350,9 @@ func (s *Subscription) loop() {
 			}
 			s.releaseIdle(ctx)
 			s.refill(ctx)
-			s.dispatch()
+			if !s.paused {
+				s.dispatch()
+			}
 		}
 		timer.Reset(s.waitFor(lastPoll))
 		select {
@@ -358,6 +365,9 @@ func (s *Subscription) loop() {
 				lastPoll = time.Now()
 				if stopping != nil {
 					s.rebalance(ctx)
+				}
+				if s.paused {
+					s.lookPaused(ctx) // resumed in a process whose wake-up did not reach this one
 				}
 				s.wakeAll()
 				s.loadRedriven(ctx)
@@ -377,6 +387,17 @@ func (s *Subscription) loop() {
 	}
 	s.updateGauges(ctx)
 	s.releaseLeases(ctx)
+}
+
+// lookPaused reads whether the group is paused. A failed read leaves what
+// was known: a transaction of records checks again anyway.
+func (s *Subscription) lookPaused(ctx context.Context) {
+	paused, err := s.groupPaused(ctx, nil)
+	if err != nil {
+		s.log.Error("queue group pause state not read", slog.Any("err", err))
+		return
+	}
+	s.paused = paused
 }
 
 // waitFor is how long the loop may sleep: until the next poll, or until the
@@ -651,7 +672,11 @@ func (s *Subscription) runChunk(p *partState, items []*entry) {
 		r.committed, err = s.applyChunk(ctx, tx, p.id, items, r.outs)
 		return err
 	})
-	telemetry.End(span, r.err)
+	if errors.Is(r.err, errPaused) {
+		telemetry.End(span, nil) // not a failure: the records wait for the resume
+	} else {
+		telemetry.End(span, r.err)
+	}
 	s.results <- r
 }
 
@@ -669,6 +694,15 @@ func (s *Subscription) applyChunk(ctx context.Context, tx *sql.Tx, partition int
 	w := newWriter(ctx, tx, s.db)
 	if err := lockGroupPartition(w, s.t.name, s.group, partition); err != nil {
 		return 0, err
+	}
+	// A paused group starts no record; a Process subscription checked
+	// before it processed, and commits what it did.
+	if s.opts.Process == nil {
+		if paused, err := s.groupPaused(ctx, &w); err != nil {
+			return 0, err
+		} else if paused {
+			return 0, errPaused
+		}
 	}
 	var failed map[string]bool
 	halt := false
@@ -943,6 +977,11 @@ func (s *Subscription) apply(r chunkResult) {
 	s.inflight--
 	p := r.part
 	p.busy = false
+	if errors.Is(r.err, errPaused) {
+		// Nothing was started or kept; the records wait for the resume.
+		s.paused = true
+		return
+	}
 	if errors.Is(r.err, errLeaseLost) {
 		// Nothing of the transaction was kept, and the records are the next
 		// owner's.

@@ -68,6 +68,8 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	get("/queues/{queue}", s.queueDetail)
 	post("/queues/{queue}/dead/redrive", s.queueRedrive)
 	post("/queues/{queue}/dead/purge", s.queuePurgeDead)
+	post("/queues/{queue}/pause", s.queuePause) // a topic's group, if any, in the form
+	post("/queues/{queue}/resume", s.queueResume)
 	post("/queues/{queue}/purge", s.queuePurge)
 
 	if s.opts.Sandbox != nil {

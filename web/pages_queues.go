@@ -27,6 +27,8 @@ type queueOps interface {
 	PurgeDead(ctx context.Context, f queue.DeadFilter) (int, error)
 	Purge(ctx context.Context, name string) (int, error)
 	DeadLetteredSince(ctx context.Context, since time.Time) ([]queue.DeadLettered, error)
+	Pause(ctx context.Context, t queue.PauseTarget, opts queue.PauseOpts) (queue.PauseState, error)
+	Resume(ctx context.Context, t queue.PauseTarget) (queue.PauseState, error)
 }
 
 // queueRow is one queue as the console shows it.
@@ -39,6 +41,7 @@ type queueRow struct {
 	Held      int64 // waiting behind an earlier message of their order key
 	Dead      int64
 	OldestAge time.Duration // age of the oldest message; zero when empty
+	Pause     pauseView
 }
 
 // Depth is every message waiting: ready, delayed and held.
@@ -53,6 +56,7 @@ type groupRow struct {
 	Dead         int64
 	OldestAge    time.Duration
 	Partitions   []partitionRow
+	Pause        pauseView
 }
 
 type partitionRow struct {
@@ -82,7 +86,7 @@ func toQueueRows(st queue.Stats) []queueRow {
 	for _, q := range st.Queues {
 		rows = append(rows, queueRow{
 			Name: q.Name, Href: queueHref(q.Name, ""), Ready: q.Ready, InFlight: q.InFlight, Delayed: q.Delayed,
-			Held: q.Held, Dead: q.Dead, OldestAge: q.OldestAge,
+			Held: q.Held, Dead: q.Dead, OldestAge: q.OldestAge, Pause: toPauseView(q.Name, "", q.Pause),
 		})
 	}
 	return rows
@@ -94,7 +98,7 @@ func toGroupRows(st queue.Stats) []groupRow {
 		for _, g := range t.Groups {
 			gr := groupRow{
 				Topic: t.Name, Group: g.Group, Href: queueHref(t.Name, g.Group),
-				Lag: g.Lag, Retrying: g.Retrying, Dead: g.Dead, OldestAge: g.OldestAge,
+				Lag: g.Lag, Retrying: g.Retrying, Dead: g.Dead, OldestAge: g.OldestAge, Pause: toPauseView(t.Name, g.Group, g.Pause),
 			}
 			for _, p := range g.Partitions {
 				gr.Partitions = append(gr.Partitions, partitionRow{
