@@ -62,6 +62,7 @@ func (a *Admin) AdminRoutes(r *mux.Router) {
 	r.Handle("/topics/{topic}/groups/{group}/dlq/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
 	r.Handle("/topics/{topic}/groups/{group}/dlq/purge", httpjson.HandlerFunc(a.handlePurgeDead)).Methods(http.MethodPost)
 	r.Handle("/topics/{topic}/groups/{group}/dlq/{id}/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
+	a.attemptRoutes(r)
 }
 
 type queueJSON struct {
