@@ -34,16 +34,19 @@ create index queue_failures_failed_idx on queue_failures (failed_at);
 
 -- bot/backend: the attempts of the outbox's events, one row per ack that
 -- changed an event — a retry, the closing or dead-lettering retry after the
--- last attempt, and the processed ack that follows failed attempts (a
--- first-try success is the event's own processed_at). attempt is the
--- event's attempt number (1 for the first delivery); instance is the
--- consumer's X-Switchyard-Instance header, else the instance that took the
--- ack. Written in the transaction of the ack; pruned with the events.
+-- last attempt, the processed ack of an event with a history (a first-try
+-- success is the event's own processed_at) — and an operator's redrive
+-- (attempt 0). attempt is the event's attempt number (1 for the first
+-- delivery, again 1 after a redrive); instance is the consumer's
+-- X-Switchyard-Instance header, else the instance that took the ack. The
+-- contract's fetch is a read, so nobody knows when the bot began an
+-- attempt: there is no duration. Written in the transaction of the ack or
+-- the redrive; pruned with the events.
 create table bot_event_attempts (
   id integer primary key,
   event_id integer not null,
   attempt integer not null,
-  outcome text not null check (outcome in ('processed', 'retry', 'dead_letter', 'closed')),
+  outcome text not null check (outcome in ('processed', 'retry', 'dead_letter', 'closed', 'redriven')),
   error text not null,
   at text not null,
   instance text not null
