@@ -65,6 +65,7 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	post("/queues/{queue}/dead/redrive", s.queueRedrive)
 	post("/queues/{queue}/dead/purge", s.queuePurgeDead)
 	post("/queues/{queue}/purge", s.queuePurge)
+	s.attemptRoutes(get)
 
 	if s.opts.Sandbox != nil {
 		s.sandboxConsoleRoutes(r)
