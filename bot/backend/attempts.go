@@ -49,13 +49,15 @@ const (
 	insertAttemptSQL = `
 		insert into bot_event_attempts (event_id, attempt, outcome, error, at, instance)
 		values (?, ?, ?, ?, ?, ?)`
-	// insertProcessedAttemptSQL records a processed ack only for an event
-	// with a history: failed attempts (attempts > 0, or rows from before a
-	// redrive), so that a first-try success costs a probe, not a write.
-	insertProcessedAttemptSQL = `
+	// insertProcessedAttemptsSQL records the processed acks of the events
+	// (the list's placeholders follow) that have a history: failed attempts
+	// (attempts > 0, or rows from before a redrive). One statement for an
+	// ack's processed ids, which writes nothing for first-try successes.
+	insertProcessedAttemptsSQL = `
 		insert into bot_event_attempts (event_id, attempt, outcome, error, at, instance)
-		select id, attempts + 1, 'processed', '', ?, ? from bot_event_outbox
-		where id = ? and (attempts > 0 or exists (select 1 from bot_event_attempts where event_id = ?))`
+		select o.id, o.attempts + 1, 'processed', '', ?, ? from bot_event_outbox o
+		where (o.attempts > 0 or exists (select 1 from bot_event_attempts a where a.event_id = o.id))
+		  and o.id in `
 	listAttemptsSQL = `
 		select attempt, outcome, error, at, instance from bot_event_attempts
 		where event_id = ? order by id desc limit ?`
@@ -117,6 +119,24 @@ func retryOutcome(d retryDecision) string {
 		return AttemptClosed
 	}
 	return AttemptRetry
+}
+
+// recordProcessed records the processed acks of ids (those the ack
+// processed just now) that end a history, in the ack's transaction.
+func recordProcessed(ctx context.Context, tx *sql.Tx, ids []contract.EventID, instance string, now time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	args := make([]any, 0, len(ids)+2)
+	args = append(args, store.TS(now), instance)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	q := insertProcessedAttemptsSQL + "(" + strings.Repeat("?, ", len(ids)-1) + "?)"
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("record the attempts of %d processed events: %w", len(ids), err)
+	}
+	return nil
 }
 
 func recordAttempt(ctx context.Context, tx *sql.Tx, id contract.EventID, attempt int, outcome, text, instance string, now time.Time) error {

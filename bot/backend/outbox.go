@@ -572,6 +572,7 @@ func (o *Outbox) AckBy(ctx context.Context, req contract.AckRequest, instance st
 	)
 	err := o.db.Tx(ctx, func(tx *sql.Tx) error {
 		res, dead = contract.AckResult{}, dead[:0]
+		processed := make([]contract.EventID, 0, len(req.ProcessedIDs))
 		now := o.db.Now()
 		for _, id := range req.ProcessedIDs {
 			r, err := tx.ExecContext(ctx, ackProcessedSQL, store.TS(now), id)
@@ -584,10 +585,11 @@ func (o *Outbox) AckBy(ctx context.Context, req contract.AckRequest, instance st
 			}
 			res.Processed += int(n)
 			if n == 1 {
-				if _, err := tx.ExecContext(ctx, insertProcessedAttemptSQL, store.TS(now), instance, id, id); err != nil {
-					return fmt.Errorf("ack processed %d: record attempt: %w", id, err)
-				}
+				processed = append(processed, id)
 			}
+		}
+		if err := recordProcessed(ctx, tx, processed, instance, now); err != nil {
+			return err
 		}
 		for _, id := range req.RetryIDs {
 			var (
