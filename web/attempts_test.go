@@ -91,7 +91,7 @@ func TestAttemptPages(t *testing.T) {
 		if tid(doc, "redrive").Length() != 1 || tid(doc, "purge").Length() != 1 {
 			t.Error("the dead letter's page has no redrive or delete")
 		}
-		c.get(t, "/admin/queues/console.flaky/dead/m_nope", http.StatusNotFound)
+		c.get(t, "/admin/queues/console.flaky/dead/m_0123", http.StatusNotFound)
 	})
 
 	t.Run("an outbox event's page lists its attempts", func(t *testing.T) {

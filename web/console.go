@@ -62,10 +62,10 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 
 	get("/queues", s.queuesPage)
 	get("/queues/{queue}", s.queueDetail)
+	s.attemptRoutes(get)
 	post("/queues/{queue}/dead/redrive", s.queueRedrive)
 	post("/queues/{queue}/dead/purge", s.queuePurgeDead)
 	post("/queues/{queue}/purge", s.queuePurge)
-	s.attemptRoutes(get)
 
 	if s.opts.Sandbox != nil {
 		s.sandboxConsoleRoutes(r)
