@@ -43,9 +43,7 @@ type attemptRow struct {
 
 // attemptRoutes adds the attempt pages to the console (consoleRoutes).
 func (s *Server) attemptRoutes(get func(path string, h http.HandlerFunc)) {
-	// A dead letter's id is a message's (m_, o_) or a record's (r_), so
-	// that …/dead/redrive and …/dead/purge stay POST-only addresses (405).
-	get("/queues/{queue}/dead/{id:[mor]_[0-9a-f]+}", s.deadLetterPage)
+	get("/queues/{queue}/dead/{id}", s.deadLetterPage)
 }
 
 // deadLetterHref is a dead letter's page.
