@@ -745,6 +745,11 @@ func (a *Admin) redriveSome(ctx context.Context, f DeadFilter) (int, error) {
 			if err != nil {
 				return fmt.Errorf("redrive %s: %w", d.ID, err)
 			}
+			// The history goes on under the same id: the redrive is a line of
+			// it, and the attempts after it count from 1 again.
+			if err := recordAttempt(newWriter(ctx, tx, a.db), d.Queue, d.Group, d.AttemptsID(), 0, OutcomeRedriven, "", unknownDuration, now); err != nil {
+				return err
+			}
 			n++
 		}
 		if n > 0 {

@@ -80,7 +80,7 @@ func (s *Subscription) processChunk(p *partState, items []*entry) chunkResult {
 			r.outs[i].kind = outcomeAbandoned
 			break
 		}
-		e.processed = err
+		e.processed, e.took = err, d
 		ran, at, took = append(ran, e), append(at, i), append(took, d)
 		if err != nil && !s.retry.decide(rec.Attempt, err).dead {
 			if failed == nil {

@@ -73,6 +73,7 @@ func (a *Admin) AdminRoutes(r *mux.Router) {
 	r.Handle("/topics/{topic}/groups/{group}/dlq/{id}/redrive", httpjson.HandlerFunc(a.handleRedrive)).Methods(http.MethodPost)
 	r.Handle("/topics/{topic}/groups/{group}/pause", httpjson.HandlerFunc(a.handlePause)).Methods(http.MethodPost)
 	r.Handle("/topics/{topic}/groups/{group}/resume", httpjson.HandlerFunc(a.handleResume)).Methods(http.MethodPost)
+	a.attemptRoutes(r)
 }
 
 type queueJSON struct {

@@ -48,6 +48,10 @@ type Message struct {
 	// context of the delivery's own span (queue.handle <queue>), a child of
 	// the one sent.
 	Traceparent string
+
+	// started is when the worker handed the message to its handler, for
+	// the duration AckTx records in the attempt history.
+	started time.Time
 }
 
 // SendResult tells what a send did.
@@ -70,6 +74,11 @@ type NewOpts struct {
 	Retry RetryPolicy
 	// Logger gets failures and dead letters; nil discards.
 	Logger *slog.Logger
+	// RecordSuccesses puts every successful delivery into the attempt
+	// history, not only one that follows failed attempts (attempts.go). It
+	// costs a write per message on the send→handle→ack path and a row per
+	// message until retention (docs/benchmarks.md).
+	RecordSuccesses bool
 }
 
 // Queue is a named durable queue on the goqite table.
@@ -82,6 +91,8 @@ type Queue struct {
 	sig     *signal
 	// span names the consumer span of a delivery: "queue.handle <name>".
 	span string
+	// recordSuccesses: see NewOpts.RecordSuccesses.
+	recordSuccesses bool
 }
 
 // DefaultTimeout is a delivered message's default visibility timeout.
@@ -121,6 +132,8 @@ func New(opts NewOpts) *Queue {
 		log:     opts.Logger.With(slog.String("queue", opts.Name)),
 		sig:     queueSignal(opts.DB, opts.Name),
 		span:    "queue.handle " + opts.Name,
+
+		recordSuccesses: opts.RecordSuccesses,
 	}
 }
 
@@ -280,14 +293,21 @@ func (q *Queue) AckTx(ctx context.Context, tx *sql.Tx, m Message) error {
 	if err := lockOrderKeys(w, q.name, m.OrderKey); err != nil {
 		return err
 	}
-	ok, err := finishMessage(w, q.name, m.ID, m.Attempt, m.OrderKey, q.db.Now())
+	now := q.db.Now()
+	ok, err := finishMessage(w, q.name, m.ID, m.Attempt, m.OrderKey, now)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return fmt.Errorf("queue %s: ack %s: %w", q.name, m.ID, ErrNotFound)
 	}
-	return nil
+	// The worker's commit finds the message gone and records nothing: the
+	// success is recorded here, with the acknowledgement.
+	dur := unknownDuration
+	if !m.started.IsZero() {
+		dur = time.Since(m.started)
+	}
+	return q.recordSuccess(w, m.ID, m.Attempt, dur, now)
 }
 
 const (
@@ -359,9 +379,11 @@ const (
 		insert into queue_dead (id, queue, grp, partition_id, log_offset, key, order_key, seq, priority, body,
 			attempts, last_error, created_at, first_failed_at, dead_at, traceparent)
 		values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	// insertFailureQuery records one attempt in the attempt history
+	// (attempts.go): despite the table's name, successes too.
 	insertFailureQuery = `
-		insert into queue_failures (queue, grp, message_id, attempt, error, outcome, failed_at)
-		values (?, ?, ?, ?, ?, ?, ?)`
+		insert into queue_failures (queue, grp, message_id, attempt, error, outcome, failed_at, duration_us, instance)
+		values (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	retryMessageQuery = `update goqite set timeout = ? where queue = ? and id = ? and received = ?`
 	upsertRetryQuery  = `
 		insert into queue_retries (message_id, queue, attempt, last_error, first_failed_at, failed_at)
@@ -371,9 +393,10 @@ const (
 )
 
 // deadLetterMessage moves delivery attempt of message id to the dead-letter
-// queue with its last error. It reports whether the delivery was current.
+// queue with its last error, and records the attempt, whose handler ran for
+// dur (negative: unknown). It reports whether the delivery was current.
 // The caller holds the order key's lock (lockOrderKeys).
-func deadLetterMessage(w writer, queue string, id ID, attempt int, orderKey, lastErr string, now time.Time) (bool, error) {
+func deadLetterMessage(w writer, queue string, id ID, attempt int, orderKey, lastErr string, dur time.Duration, now time.Time) (bool, error) {
 	var (
 		body        []byte
 		created     string
@@ -415,15 +438,16 @@ func deadLetterMessage(w writer, queue string, id ID, attempt int, orderKey, las
 		attempt, lastErr, store.TS(createdAt), firstFailed, store.TS(now), traceparent); err != nil {
 		return false, fmt.Errorf("queue %s: dead-letter %s: %w", queue, id, err)
 	}
-	if _, err := w.exec(insertFailureQuery, queue, "", string(id), attempt, lastErr, "dead", store.TS(now)); err != nil {
+	if err := recordAttempt(w, queue, "", string(id), attempt, OutcomeDead, lastErr, dur, now); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
 // retryMessage schedules delivery attempt of message id again at visible,
-// which visibleAt has rounded.
-func retryMessage(w writer, queue string, id ID, attempt int, lastErr string, visible, now time.Time) (bool, error) {
+// which visibleAt has rounded, and records the attempt, whose handler ran
+// for dur.
+func retryMessage(w writer, queue string, id ID, attempt int, lastErr string, dur time.Duration, visible, now time.Time) (bool, error) {
 	res, err := w.exec(retryMessageQuery, gqTime(visible), queue, string(id), attempt)
 	if err != nil {
 		return false, fmt.Errorf("queue %s: retry %s: %w", queue, id, err)
@@ -434,7 +458,7 @@ func retryMessage(w writer, queue string, id ID, attempt int, lastErr string, vi
 	if _, err := w.exec(upsertRetryQuery, string(id), queue, attempt, lastErr, store.TS(now), store.TS(now)); err != nil {
 		return false, err
 	}
-	if _, err := w.exec(insertFailureQuery, queue, "", string(id), attempt, lastErr, "retry", store.TS(now)); err != nil {
+	if err := recordAttempt(w, queue, "", string(id), attempt, OutcomeRetry, lastErr, dur, now); err != nil {
 		return false, err
 	}
 	return true, nil

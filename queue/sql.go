@@ -118,7 +118,7 @@ func hotQueries(db *store.DB) []string {
 		insertKeyQuery, selectKeyQuery, orderQueuedQuery, insertOrderQuery, insertParkedOrderQuery, insertMessageQuery,
 		deleteDeliveredQuery, deleteRetryQuery, deleteOrderQuery, unparkQuery, releaseQuery,
 		takeDeliveredQuery, orderSlotQuery, firstFailedQuery, insertDeadQuery, insertFailureQuery,
-		retryMessageQuery, upsertRetryQuery, orderKeyQuery,
+		retryMessageQuery, upsertRetryQuery, orderKeyQuery, insertDoneIfKnownQuery,
 		takeOffsetsQuery,
 		savepointQuery, releaseSavepointQuery, rollbackSavepointQuery,
 		deleteRecordRetryQuery, advanceQuery, insertDoneQuery, insertRecordRetryQuery, updateRecordRetryQuery,

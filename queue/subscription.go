@@ -59,6 +59,10 @@ type SubscribeOpts struct {
 	Process RecordProcessFunc
 	// Retry is the group's failure policy (defaults in RetryPolicy).
 	Retry RetryPolicy
+	// RecordSuccesses puts every record this subscriber finishes into the
+	// group's attempt history, not only one that follows failed attempts
+	// (attempts.go); it costs a write per record.
+	RecordSuccesses bool
 	// Start applies only when the group is created.
 	Start StartPosition
 	// Concurrency is how many partitions may have a transaction in flight
@@ -149,7 +153,8 @@ type entry struct {
 	notBefore   time.Time
 	hasRetryRow bool
 	finished    bool
-	processed   error // what Process returned, for the commit of its outcome
+	processed   error         // what Process returned, for the commit of its outcome
+	took        time.Duration // how long Process ran, for the attempt history
 }
 
 type recOutcome struct {
@@ -776,7 +781,12 @@ func (s *Subscription) applyRecord(ctx, rctx context.Context, w writer, tx *sql.
 				return false, herr, err
 			}
 			out.kind = outcomeDone
-			return false, nil, nil
+			// A record with a history — failed attempts, or a redrive (its
+			// retry row) — gets its success recorded too.
+			if rec.Attempt > 1 || e.hasRetryRow || s.opts.RecordSuccesses {
+				err = recordAttempt(w, s.t.name, s.group, recordID(rec.Partition, rec.Offset), rec.Attempt, OutcomeDone, "", s.ran(e, out), now)
+			}
+			return false, nil, err
 		}
 	}
 	// The record's writes are rolled back, and with them what its sends
@@ -802,17 +812,26 @@ func (s *Subscription) applyRecord(ctx, rctx context.Context, w writer, tx *sql.
 	d := s.retry.decide(rec.Attempt, herr)
 	if d.dead {
 		out.kind = outcomeDead
-		err = s.deadLetter(w, e, rec.Attempt, out.err, now)
+		err = s.deadLetter(w, e, rec.Attempt, out.err, s.ran(e, out), now)
 	} else {
 		out.kind = outcomeRetry
 		out.notBefore = now.Add(d.delay)
-		err = s.scheduleRetry(w, e, rec.Attempt, out.err, out.notBefore, now)
+		err = s.scheduleRetry(w, e, rec.Attempt, out.err, s.ran(e, out), out.notBefore, now)
 	}
 	if errors.Is(err, errStale) {
 		out.kind = outcomeStale
 		return true, herr, nil
 	}
 	return false, herr, err
+}
+
+// ran is how long e's handler ran, for the attempt history: Process ran
+// before the transaction (processChunk timed it), a Handler in it.
+func (s *Subscription) ran(e *entry, out *recOutcome) time.Duration {
+	if s.opts.Process != nil {
+		return e.took
+	}
+	return out.dur
 }
 
 func (s *Subscription) call(ctx context.Context, tx *sql.Tx, e *entry, r Record) (err error) {
@@ -881,7 +900,7 @@ const (
 		where topic = ? and grp = ? and partition_id = ? and log_offset = ?`
 )
 
-func (s *Subscription) scheduleRetry(w writer, e *entry, attempt int, text string, notBefore, now time.Time) error {
+func (s *Subscription) scheduleRetry(w writer, e *entry, attempt int, text string, dur time.Duration, notBefore, now time.Time) error {
 	topic, group, p, off := s.t.name, s.group, e.rec.Partition, e.rec.Offset
 	var (
 		n   int64
@@ -896,11 +915,10 @@ func (s *Subscription) scheduleRetry(w writer, e *entry, attempt int, text strin
 	if err != nil || n == 0 {
 		return staleUnless(err)
 	}
-	_, err = w.exec(insertFailureQuery, topic, group, recordID(p, off), attempt, text, "retry", store.TS(now))
-	return err
+	return recordAttempt(w, topic, group, recordID(p, off), attempt, OutcomeRetry, text, dur, now)
 }
 
-func (s *Subscription) deadLetter(w writer, e *entry, attempt int, text string, now time.Time) error {
+func (s *Subscription) deadLetter(w writer, e *entry, attempt int, text string, dur time.Duration, now time.Time) error {
 	topic, group, p, off := s.t.name, s.group, e.rec.Partition, e.rec.Offset
 	firstFailed := store.TS(now)
 	if e.hasRetryRow {
@@ -919,8 +937,7 @@ func (s *Subscription) deadLetter(w writer, e *entry, attempt int, text string, 
 		attempt, text, store.TS(e.rec.PublishedAt), firstFailed, store.TS(now), e.rec.Traceparent); err != nil {
 		return err
 	}
-	_, err := w.exec(insertFailureQuery, topic, group, recordID(p, off), attempt, text, "dead", store.TS(now))
-	return err
+	return recordAttempt(w, topic, group, recordID(p, off), attempt, OutcomeDead, text, dur, now)
 }
 
 const (

@@ -282,6 +282,7 @@ func (w *Worker) waitFor() time.Duration {
 
 func (w *Worker) handle(m Message, freed chan<- struct{}) {
 	start := time.Now()
+	m.started = start
 	err := w.call(m)
 	dur := time.Since(start)
 	// The result goes to the completer before the slot is freed, so a
@@ -299,6 +300,9 @@ func (w *Worker) handle(m Message, freed chan<- struct{}) {
 // completer.
 func (w *Worker) handleBatch(msgs []Message, freed chan<- struct{}) {
 	start := time.Now()
+	for i := range msgs {
+		msgs[i].started = start
+	}
 	errs := w.callBatch(msgs)
 	dur := time.Since(start)
 	w.resultsMu.Lock()
@@ -594,9 +598,16 @@ func (w *Worker) commit(batch []result) {
 			outcomes[i] = outcomeStale
 			if r.err == nil {
 				// The row may be gone already: the handler acknowledged it with
-				// AckTx (or an operator purged it). Either way it succeeded.
-				if _, err := finishMessage(sw, q.name, r.m.ID, r.m.Attempt, r.m.OrderKey, now); err != nil {
+				// AckTx (which recorded the attempt) or an operator purged it.
+				// Either way it succeeded.
+				ok, err := finishMessage(sw, q.name, r.m.ID, r.m.Attempt, r.m.OrderKey, now)
+				if err != nil {
 					return err
+				}
+				if ok {
+					if err := q.recordSuccess(sw, r.m.ID, r.m.Attempt, r.dur, now); err != nil {
+						return err
+					}
 				}
 				outcomes[i] = outcomeDone
 				continue
@@ -604,7 +615,7 @@ func (w *Worker) commit(batch []result) {
 			d := q.retry.decide(r.m.Attempt, r.err)
 			text := errorText(r.err)
 			if d.dead {
-				ok, err := deadLetterMessage(sw, q.name, r.m.ID, r.m.Attempt, r.m.OrderKey, text, now)
+				ok, err := deadLetterMessage(sw, q.name, r.m.ID, r.m.Attempt, r.m.OrderKey, text, r.dur, now)
 				if err != nil {
 					return err
 				}
@@ -614,7 +625,7 @@ func (w *Worker) commit(batch []result) {
 				continue
 			}
 			dues[i] = visibleAt(now.Add(d.delay))
-			ok, err := retryMessage(sw, q.name, r.m.ID, r.m.Attempt, text, dues[i], now)
+			ok, err := retryMessage(sw, q.name, r.m.ID, r.m.Attempt, text, r.dur, dues[i], now)
 			if err != nil {
 				return err
 			}
@@ -756,7 +767,7 @@ func (w *Worker) sweepExhausted() {
 		}
 		for i, s := range found {
 			text := fmt.Sprintf("delivered %d times without a result: the handler outlived the %s timeout or its process stopped", s.received, q.timeout)
-			ok, err := deadLetterMessage(sw, q.name, s.id, s.received, msgs[i].OrderKey, text, now)
+			ok, err := deadLetterMessage(sw, q.name, s.id, s.received, msgs[i].OrderKey, text, unknownDuration, now)
 			if err != nil {
 				return err
 			}

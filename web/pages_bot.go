@@ -414,7 +414,7 @@ func (s *Server) botEvent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := toEventDetail(e, s.opts.DB.Now())
-	s.render(w, r, eventPage(s.newPage(w, r, "Event "+d.ID, "bot"), d))
+	s.render(w, r, eventPage(s.newPage(w, r, "Event "+d.ID, "bot"), d, s.eventAttempts(r, e.ID)))
 }
 
 func (s *Server) botRedrive(w http.ResponseWriter, r *http.Request) {

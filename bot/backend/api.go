@@ -162,7 +162,7 @@ func (b *Service) handleAck(w http.ResponseWriter, r *http.Request) error {
 	if err := httpjson.Decode(r, &req); err != nil {
 		return err
 	}
-	res, err := b.outbox.Ack(r.Context(), req)
+	res, err := b.outbox.AckBy(r.Context(), req, r.Header.Get(InstanceHeader))
 	if err != nil {
 		return err
 	}
@@ -473,7 +473,16 @@ func (b *Service) handleGetEvent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpjson.Write(w, http.StatusOK, rec)
+	attempts, err := b.outbox.EventAttempts(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, struct {
+		EventRecord
+		// AttemptHistory is the event's attempts (attempts.go); attempts
+		// counts its failed attempts since the last redrive.
+		AttemptHistory []EventAttempt `json:"attemptHistory"`
+	}{rec, attempts})
 	return nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"switchyard/bot/contract"
+	"switchyard/queue"
 	"switchyard/store"
 	"switchyard/telemetry"
 )
@@ -546,6 +547,14 @@ type deadLetter struct {
 // ids are ignored, processed events stay as they are, and a retry only counts
 // for a due event. An id in both lists is refused before anything changes.
 func (o *Outbox) Ack(ctx context.Context, req contract.AckRequest) (contract.AckResult, error) {
+	return o.AckBy(ctx, req, "")
+}
+
+// AckBy is Ack for the consumer instance named (its X-Switchyard-Instance
+// header; "" for this process), under which the ack's attempts go into the
+// events' attempt history (attempts.go).
+func (o *Outbox) AckBy(ctx context.Context, req contract.AckRequest, instance string) (contract.AckResult, error) {
+	instance = consumerInstance(instance)
 	if err := validateAck(req); err != nil {
 		return contract.AckResult{}, err
 	}
@@ -563,6 +572,7 @@ func (o *Outbox) Ack(ctx context.Context, req contract.AckRequest) (contract.Ack
 	)
 	err := o.db.Tx(ctx, func(tx *sql.Tx) error {
 		res, dead = contract.AckResult{}, dead[:0]
+		processed := make([]contract.EventID, 0, len(req.ProcessedIDs))
 		now := o.db.Now()
 		for _, id := range req.ProcessedIDs {
 			r, err := tx.ExecContext(ctx, ackProcessedSQL, store.TS(now), id)
@@ -574,6 +584,12 @@ func (o *Outbox) Ack(ctx context.Context, req contract.AckRequest) (contract.Ack
 				return err
 			}
 			res.Processed += int(n)
+			if n == 1 {
+				processed = append(processed, id)
+			}
+		}
+		if err := recordProcessed(ctx, tx, processed, instance, now); err != nil {
+			return err
 		}
 		for _, id := range req.RetryIDs {
 			var (
@@ -611,6 +627,9 @@ func (o *Outbox) Ack(ctx context.Context, req contract.AckRequest) (contract.Ack
 				return fmt.Errorf("ack retry %d: %w", id, err)
 			} else if n == 0 {
 				continue // another ack changed the event first: this one counts for nothing
+			}
+			if err := recordAttempt(ctx, tx, id, d.Attempts, retryOutcome(d), lastErr.String, instance, now); err != nil {
+				return err
 			}
 			switch {
 			case d.DeadLetter:
@@ -850,7 +869,10 @@ func (o *Outbox) Redrive(ctx context.Context, id contract.EventID) (EventRecord,
 		if err == nil && n == 0 {
 			return contract.ErrEventProcessed
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return recordAttempt(ctx, tx, id, 0, AttemptRedriven, "", queue.Instance(), o.db.Now())
 	})
 	return rec, err
 }

@@ -17,6 +17,10 @@ const pruneProcessedQuery = `
 	where id in (select id from bot_event_outbox where processed_at < ? order by processed_at, id limit ?)
 	  and processed_at < ?`
 
+const pruneAttemptsQuery = `
+	delete from bot_event_attempts
+	where event_id in (select id from bot_event_outbox where processed_at < ? order by processed_at, id limit ?)`
+
 // PruneProcessed deletes at most limit outbox events acknowledged before
 // cutoff, oldest first, in one transaction, and returns how many; the
 // retention runner (retention/) calls it. The backend never hands an
@@ -29,6 +33,11 @@ func (o *Outbox) PruneProcessed(ctx context.Context, cutoff time.Time, limit int
 	ts := store.TS(cutoff)
 	var n int64
 	err := o.db.Tx(ctx, func(tx *sql.Tx) error {
+		// The events' attempt histories go with them: the same events, as
+		// the transaction reads the same rows twice.
+		if _, err := tx.ExecContext(ctx, pruneAttemptsQuery, ts, limit); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, pruneProcessedQuery, ts, limit, ts)
 		if err != nil {
 			return err
