@@ -46,6 +46,7 @@ type a11ySeed struct {
 	threadID         int64
 	owner, referred  string
 	queue, topic, gr string
+	deadID           string // the identity topic's dead letter
 }
 
 // seedA11y puts one of everything the console shows into the app: a
@@ -102,6 +103,15 @@ func seedA11y(t *testing.T, app *browserApp) a11ySeed {
 		}
 		return false
 	})
+	testwait.Until(t, 30*time.Second, "the identity topic's dead letter", func() bool {
+		var r struct{ Messages []struct{ ID string } }
+		status, raw := app.call(t, http.MethodGet, "/topics/"+s.topic+"/groups/"+s.gr+"/dlq", "")
+		if status != http.StatusOK || json.Unmarshal(raw, &r) != nil || len(r.Messages) == 0 {
+			return false
+		}
+		s.deadID = r.Messages[0].ID
+		return true
+	})
 	return s
 }
 
@@ -126,6 +136,7 @@ func a11yPages(s a11ySeed) []a11yPage {
 		{"queues", "/admin/queues", "/admin/queues", "group-table", true},
 		{"queue", "/admin/queues/{queue}", "/admin/queues/" + s.queue, "", true},
 		{"queue-group", "/admin/queues/{queue}", "/admin/queues/" + s.topic + "?group=" + s.gr, "dead-list", false},
+		{"dead-letter", "/admin/queues/{queue}/dead/{id}", "/admin/queues/" + s.topic + "/dead/" + s.deadID + "?group=" + s.gr, "dead-facts", true},
 		{"sandbox", "/admin/sandbox", "/admin/sandbox", "sandbox-start", true},
 		{"not-found", "", "/admin/no-such-page", "message", false},
 	}
