@@ -41,6 +41,7 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	get("/bot", s.botPage)
 	get("/bot/events/{id:[0-9]+}", s.botEvent)
 	post("/bot/events/{id:[0-9]+}/redrive", s.botRedrive)
+	post("/bot/events/redrive", s.botRedriveDead)
 	post("/bot/dms/{id}/redrive", s.botDMRedrive)
 	get("/bot/funnel", s.botFunnel)
 	get("/bot/users/{tg:[0-9]+}", s.botUser)
