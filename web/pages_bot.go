@@ -274,13 +274,13 @@ func deref(s *string) string {
 
 // botModel is the Bot outbox page.
 type botModel struct {
-	Wired       bool
-	PerMinute   int64
-	Tabs        []stateTab
-	Query       eventQuery
-	Types       []string
-	Events      []eventRow
-	Pager       pager
+	Wired     bool
+	PerMinute int64
+	Tabs      []stateTab
+	Query     eventQuery
+	Types     []string
+	Events    []eventRow
+	Pager     pager
 	// Bulk is the redrive of chosen dead letters, on the dead-lettered list.
 	Bulk        *bulkModel
 	Self        string

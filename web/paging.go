@@ -79,7 +79,7 @@ func fitWindow[T any](rows []T, want int, w window) (shown []T, newer, older boo
 // links to the neighbouring windows and the first one. An empty link means
 // there is no such window.
 type pager struct {
-	Total  int64  // rows matching the list's filters; -1 when not counted
+	Total int64 // rows matching the list's filters; -1 when not counted
 	// Capped says Total is a bound: more than Total rows match ("10,000+"),
 	// when counting them all would read every row (a text search).
 	Capped bool
