@@ -2,7 +2,8 @@
 // every two seconds while switchyardLive() says so. Live updates pause when
 // the operator switches them off (remembered in this browser), and while
 // they read or act inside a live region — an open disclosure (a payload, a
-// confirmation) or a focused field — so nothing changes under their hands.
+// confirmation), a focused field, or rows chosen for a bulk action — so
+// nothing changes under their hands.
 (function () {
   "use strict";
   var KEY = "switchyard.live";
@@ -18,7 +19,7 @@
     if (!on || document.hidden) {
       return false;
     }
-    if (document.querySelector(".live details[open]")) {
+    if (document.querySelector(".live details[open]") || document.querySelector(".live input[type=checkbox][form]:checked")) {
       return false;
     }
     var f = document.activeElement;
