@@ -2,17 +2,21 @@ package web_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/PuerkitoBio/goquery"
 
 	"switchyard/bot/backend"
 	"switchyard/bot/contract"
+	"switchyard/omni"
+	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web"
 )
@@ -145,6 +149,101 @@ func TestOutboxList(t *testing.T) {
 		}
 		if e, _ := ob.GetEvent(ctx, dead2); e.State != backend.StatePending {
 			t.Fatalf("event %d is %s", dead2, e.State)
+		}
+	})
+}
+
+// The chat inbox at depth: threads in windows with their position, searched
+// by message text and Telegram id; a long thread's newest messages first,
+// older ones a window away.
+func TestInboxList(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	base := time.Date(2026, 2, 1, 10, 0, 0, 0, time.UTC)
+	var long int64
+	err := db.Tx(context.Background(), func(tx *sql.Tx) error {
+		for i := range 120 {
+			at := store.TS(base.Add(time.Duration(i) * time.Minute))
+			var contact, thread int64
+			if err := tx.QueryRow(`insert into omni_contacts (provider, provider_user_id, name, created_at, updated_at)
+				values ('telegram', ?, ?, ?, ?) returning id`, fmt.Sprint(7000+i), fmt.Sprint("Customer ", i), at, at).Scan(&contact); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(`insert into omni_threads (contact_id, channel, bot_id, chat_id, state, last_message_at, created_at, updated_at)
+				values (?, 'telegram_bot', '1', ?, 'open', ?, ?, ?) returning id`, contact, fmt.Sprint(7000+i), at, at, at).Scan(&thread); err != nil {
+				return err
+			}
+			n, text := 1, fmt.Sprint("hello ", i)
+			if i == 0 {
+				n, long = 70, thread
+			}
+			if i == 33 {
+				text = "where is my parcel?"
+			}
+			for seq := 1; seq <= n; seq++ {
+				if _, err := tx.Exec(`insert into omni_messages (thread_id, seq, direction, origin, kind, text, status, created_at, updated_at)
+					values (?, ?, 'inbound', 'provider', 'text', ?, 'received', ?, ?)`, thread, seq, fmt.Sprint(text, " #", seq), at, at); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newConsole(t, web.Options{DB: db, Chat: omni.NewAdmin(omni.AdminOpts{DB: db})})
+	threads := func(doc *goquery.Document) []string { return rowIDs(tid(doc, "inbox").Find("li[data-testid]")) }
+
+	t.Run("the inbox pages its threads with their position", func(t *testing.T) {
+		doc := c.get(t, "/admin/chat", http.StatusOK)
+		if got := trimmed(tid(doc, "threads-pager-position")); got != "1–50 of 120 threads" || len(threads(doc)) != 50 {
+			t.Fatalf("first window at %q with %d threads", got, len(threads(doc)))
+		}
+		doc = c.get(t, tid(doc, "threads-pager-older").AttrOr("href", ""), http.StatusOK)
+		doc = c.get(t, tid(doc, "threads-pager-older").AttrOr("href", ""), http.StatusOK)
+		if got := trimmed(tid(doc, "threads-pager-position")); got != "101–120 of 120 threads" || len(threads(doc)) != 20 {
+			t.Fatalf("last window at %q with %d threads", got, len(threads(doc)))
+		}
+		if !strings.Contains(trimmed(tid(doc, "inbox").Find("li").Last()), "Customer 0") {
+			t.Fatal("the oldest thread is not last")
+		}
+		doc = c.get(t, tid(doc, "threads-pager-newer").AttrOr("href", ""), http.StatusOK)
+		if got := trimmed(tid(doc, "threads-pager-position")); got != "51–100 of 120 threads" {
+			t.Fatalf("back a window at %q", got)
+		}
+		c.get(t, "/admin/chat?before=nonsense", http.StatusBadRequest)
+	})
+	t.Run("a search finds a thread by message text or Telegram id", func(t *testing.T) {
+		doc := c.get(t, "/admin/chat?q=parcel", http.StatusOK)
+		if got := threads(doc); len(got) != 1 || !strings.Contains(trimmed(tid(doc, "inbox")), "Customer 33") {
+			t.Fatalf("found %v", got)
+		}
+		doc = c.get(t, "/admin/chat?q=7005&state=open", http.StatusOK)
+		if got := threads(doc); len(got) != 1 || !strings.Contains(trimmed(tid(doc, "inbox")), "Customer 5") {
+			t.Fatalf("found %v", got)
+		}
+		if tid(doc, "thread-search").Find(`input[name="state"][value="open"]`).Length() != 1 {
+			t.Fatal("the search drops the state")
+		}
+		if got := trimmed(tid(c.get(t, "/admin/chat?q=nobody+here", http.StatusOK), "inbox-empty")); got != "No conversation matches." {
+			t.Fatalf("an empty search says %q", got)
+		}
+	})
+	t.Run("a long thread shows its newest messages, the older ones a window away", func(t *testing.T) {
+		doc := c.get(t, fmt.Sprint("/admin/chat/threads/", long), http.StatusOK)
+		msgs := tid(doc, "messages").Find("li")
+		if got := trimmed(tid(doc, "messages-pager-position")); got != "1–50 of 70 messages" || msgs.Length() != 50 {
+			t.Fatalf("newest window at %q with %d messages", got, msgs.Length())
+		}
+		if !strings.HasSuffix(trimmed(msgs.Last().Find(".text")), "#70") || !strings.HasSuffix(trimmed(msgs.First().Find(".text")), "#21") {
+			t.Fatalf("the window runs %q to %q, want #21 to #70", trimmed(msgs.First().Find(".text")), trimmed(msgs.Last().Find(".text")))
+		}
+		doc = c.get(t, tid(doc, "messages-pager-older").AttrOr("href", ""), http.StatusOK)
+		msgs = tid(doc, "messages").Find("li")
+		if got := trimmed(tid(doc, "messages-pager-position")); got != "51–70 of 70 messages" || msgs.Length() != 20 ||
+			!strings.HasSuffix(trimmed(msgs.First().Find(".text")), "#1") {
+			t.Fatalf("older window at %q with %d messages", got, msgs.Length())
 		}
 	})
 }
