@@ -10,5 +10,16 @@
 -- threads from the index alone.
 create index omni_threads_state_last_message_idx on omni_threads (state, last_message_at, id);
 
+-- The referral links, newest first (referral ListLinks): the live ones, as
+-- the console shows them by default, and all of them with the deleted.
+create index referral_links_live_created_idx on referral_links (created_at, id) where deleted_at is null;
+create index referral_links_created_idx on referral_links (created_at, id);
+
+-- The replicas, changed last first (referral ListReplicas).
+create index referral_users_updated_idx on referral_users (updated_at, id);
+
 -- +goose Down
+drop index referral_users_updated_idx;
+drop index referral_links_created_idx;
+drop index referral_links_live_created_idx;
 drop index omni_threads_state_last_message_idx;
