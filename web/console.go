@@ -51,6 +51,9 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	get("/referral/users/{id}", s.referralUser)
 	post("/referral/links", s.referralCreateLink)
 	post("/referral/links/{id}/delete", s.referralDeleteLink)
+	get("/referral/links", s.referralLinks)
+	post("/referral/links/delete", s.referralDeleteLinks)
+	get("/referral/replicas", s.referralReplicas)
 
 	get("/chat", s.chatInbox)
 	get("/chat/threads/{id:[0-9]+}", s.chatThread)

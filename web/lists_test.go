@@ -16,6 +16,7 @@ import (
 	"switchyard/bot/backend"
 	"switchyard/bot/contract"
 	"switchyard/omni"
+	"switchyard/referral"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/web"
@@ -244,6 +245,99 @@ func TestInboxList(t *testing.T) {
 		if got := trimmed(tid(doc, "messages-pager-position")); got != "51–70 of 70 messages" || msgs.Length() != 20 ||
 			!strings.HasSuffix(trimmed(msgs.First().Find(".text")), "#1") {
 			t.Fatalf("older window at %q with %d messages", got, msgs.Length())
+		}
+	})
+}
+
+// The referral links and replicas on their own pages: windows with their
+// position, a search, links deleted in bulk through a confirmation that
+// states the count, phones masked.
+func TestReferralLists(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := storetest.New(t)
+	ref, err := referral.New(ctx, referral.Opts{DB: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := "11111111-1111-4111-8111-111111111111"
+	ids := map[string]string{}
+	for i := range 60 {
+		l, err := ref.CreateLink(ctx, referral.NewLink{URL: fmt.Sprintf("promo-%03d", i), OwnerUserID: referral.UserID(owner), TenantID: owner, Channel: "web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[l.URL] = string(l.ID)
+	}
+	if _, err := db.Write.Exec(`insert into referral_users (id, type, status, first_name, last_name, phone_number, is_name_filled,
+		replica_version, updated_at) values ('22222222-2222-4222-8222-222222222222', 'Client', 'Active', 'Vera', 'Demo', '+79991234567', 1, 1, ?)`,
+		store.TS(db.Now())); err != nil {
+		t.Fatal(err)
+	}
+	c := newConsole(t, web.Options{DB: db, Referral: ref})
+	links := func(doc *goquery.Document) []string {
+		return rowIDs(tid(doc, "link-table").Find("tbody tr[data-testid]"))
+	}
+
+	t.Run("the Referral page links to every link and replica", func(t *testing.T) {
+		doc := c.get(t, "/admin/referral", http.StatusOK)
+		if got := trimmed(tid(doc, "all-links")); !strings.HasPrefix(got, "All 60 links") {
+			t.Fatalf("the link to every link says %q", got)
+		}
+	})
+	t.Run("the links page in windows with its position, and a search", func(t *testing.T) {
+		doc := c.get(t, "/admin/referral/links", http.StatusOK)
+		if got := trimmed(tid(doc, "links-pager-position")); got != "1–50 of 60 links" || len(links(doc)) != 50 {
+			t.Fatalf("first window at %q with %d links", got, len(links(doc)))
+		}
+		doc = c.get(t, tid(doc, "links-pager-older").AttrOr("href", ""), http.StatusOK)
+		if got := trimmed(tid(doc, "links-pager-position")); got != "51–60 of 60 links" || len(links(doc)) != 10 {
+			t.Fatalf("second window at %q with %d links", got, len(links(doc)))
+		}
+		doc = c.get(t, "/admin/referral/links?q=PROMO-01", http.StatusOK)
+		if got := trimmed(tid(doc, "links-pager-position")); got != "1–10 of 10 links" {
+			t.Fatalf("the search shows %q", got)
+		}
+		c.get(t, "/admin/referral/links?before=x", http.StatusBadRequest)
+	})
+	t.Run("two chosen links are deleted after a confirmation stating 2", func(t *testing.T) {
+		form := url.Values{"scope": {"chosen"}, "id": {ids["promo-000"], ids["promo-001"]}, "back": {"/admin/referral/links"}}
+		resp, body := c.post(t, "/admin/referral/links/delete", form)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(body, "Delete the 2 chosen links?") {
+			t.Fatalf("status %d, want a confirmation of 2:\n%s", resp.StatusCode, body)
+		}
+		if _, flash := c.act(t, "/admin/referral/links/delete", form); !strings.Contains(trimmed(flash), "2 links deleted") {
+			t.Fatalf("flash %q", trimmed(flash))
+		}
+		if n, _ := ref.CountLinks(ctx, referral.LinkFilter{}, 0); n != 58 {
+			t.Fatalf("%d live links, want 58", n)
+		}
+	})
+	t.Run("all links matching the search are deleted after a confirmation stating their count", func(t *testing.T) {
+		doc := c.get(t, "/admin/referral/links?q=promo-05", http.StatusOK)
+		if tid(doc, "bulk-links").Find(`input[name="q"][value="promo-05"]`).Length() != 1 {
+			t.Fatal("the bulk form does not carry the search")
+		}
+		form := url.Values{"scope": {"all"}, "q": {"promo-05"}, "back": {"/admin/referral/links?q=promo-05"}}
+		_, body := c.post(t, "/admin/referral/links/delete", form)
+		if !strings.Contains(body, "Delete all 10 live links matching") {
+			t.Fatalf("want a confirmation of 10:\n%s", body)
+		}
+		if _, flash := c.act(t, "/admin/referral/links/delete", form); !strings.Contains(trimmed(flash), "10 links deleted") {
+			t.Fatalf("flash %q", trimmed(flash))
+		}
+		if n, _ := ref.CountLinks(ctx, referral.LinkFilter{}, 0); n != 48 {
+			t.Fatalf("%d live links, want 48", n)
+		}
+	})
+	t.Run("replicas are found by a phone's last digits and show it masked", func(t *testing.T) {
+		doc := c.get(t, "/admin/referral/replicas?q=4567", http.StatusOK)
+		rows := tid(doc, "replica-table").Find("tbody tr[data-testid]")
+		if rows.Length() != 1 || trimmed(rows.Find(`[data-testid="phone"]`)) != "+7***4567" || strings.Contains(doc.Text(), "79991234567") {
+			t.Fatalf("found %d replicas: %q", rows.Length(), trimmed(rows))
+		}
+		if got := trimmed(tid(c.get(t, "/admin/referral/replicas?q=vera", http.StatusOK), "replicas-pager-position")); got != "1–1 of 1 replicas" {
+			t.Fatalf("a name search shows %q", got)
 		}
 	})
 }
