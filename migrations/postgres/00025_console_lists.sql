@@ -18,7 +18,14 @@ create index referral_links_created_idx on referral_links (created_at, id);
 -- The replicas, changed last first (referral ListReplicas).
 create index referral_users_updated_idx on referral_users (updated_at, id);
 
+-- The onboarding funnel's users, changed last first (bot/onboarding
+-- ListFunnels), all of them and at one stage.
+create index bot_funnel_updated_idx on bot_funnel (updated_at, telegram_id);
+create index bot_funnel_stage_updated_idx on bot_funnel (stage, updated_at, telegram_id);
+
 -- +goose Down
+drop index bot_funnel_stage_updated_idx;
+drop index bot_funnel_updated_idx;
 drop index referral_users_updated_idx;
 drop index referral_links_created_idx;
 drop index referral_links_live_created_idx;
