@@ -15,10 +15,12 @@ import (
 
 	"switchyard/bot/backend"
 	"switchyard/bot/contract"
+	"switchyard/bot/onboarding"
 	"switchyard/omni"
 	"switchyard/referral"
 	"switchyard/store"
 	"switchyard/store/storetest"
+	"switchyard/telegram/fakebot"
 	"switchyard/web"
 )
 
@@ -340,4 +342,37 @@ func TestReferralLists(t *testing.T) {
 			t.Fatalf("a name search shows %q", got)
 		}
 	})
+}
+
+// The funnel's users in windows with their position, at a stage, found by
+// Telegram id.
+func TestFunnelList(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	ob, err := onboarding.New(onboarding.Opts{DB: db, BackendURL: "http://127.0.0.1:1", BackendSecret: "secret-0123456789abcdef",
+		TelegramToken: fakebot.Token(4545), TelegramAPIURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := db.Now()
+	for i := range 70 {
+		at := store.TS(base.Add(time.Duration(i) * time.Second))
+		if _, err := db.Write.Exec(`insert into bot_funnel (telegram_id, uid, stage, created_at, updated_at) values (?, ?, ?, ?, ?)`,
+			fmt.Sprint(9000+i), 300+i, 1+i%2, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newConsole(t, web.Options{DB: db, Onboarding: ob, Funnel: onboarding.NewStats(db)})
+	doc := c.get(t, "/admin/bot/funnel", http.StatusOK)
+	if got := trimmed(tid(doc, "funnel-pager-position")); got != "1–50 of 70 users" {
+		t.Fatalf("first window at %q", got)
+	}
+	doc = c.get(t, tid(doc, "funnel-pager-older").AttrOr("href", ""), http.StatusOK)
+	if got := trimmed(tid(doc, "funnel-pager-position")); got != "51–70 of 70 users" || tid(doc, "funnel-user-9000").Length() != 1 {
+		t.Fatalf("second window at %q", got)
+	}
+	doc = c.get(t, "/admin/bot/funnel?stage=2&q=9001", http.StatusOK)
+	if got := trimmed(tid(doc, "funnel-pager-position")); got != "1–1 of 1 users" || tid(doc, "funnel-user-9001").Length() != 1 {
+		t.Fatalf("the search shows %q", got)
+	}
 }

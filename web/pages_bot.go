@@ -40,6 +40,7 @@ type funnelOps interface {
 // onboardingOps is what the console needs of the onboarding bot (*onboarding.Bot).
 type onboardingOps interface {
 	ListFunnels(ctx context.Context, f onboarding.FunnelFilter) ([]onboarding.Funnel, error)
+	CountFunnels(ctx context.Context, f onboarding.FunnelFilter) (int64, error)
 	GetFunnel(ctx context.Context, tg contract.TelegramID) (onboarding.Funnel, []onboarding.FunnelChange, error)
 	ListDMs(ctx context.Context, f onboarding.DMFilter) ([]onboarding.DM, error)
 	RedriveDM(ctx context.Context, id string) error
@@ -578,7 +579,17 @@ type funnelModel struct {
 	Stages []stageRow
 	Stage  int
 	Title  string
+	Search string
 	Users  []funnelRow
+	Pager  pager
+}
+
+// keep are the filters the funnel's search keeps.
+func (m funnelModel) keep() []formField {
+	if m.Stage == 0 {
+		return nil
+	}
+	return []formField{{"stage", strconv.Itoa(m.Stage)}}
 }
 
 type funnelRow struct {
@@ -630,9 +641,32 @@ func (s *Server) botFunnel(w http.ResponseWriter, r *http.Request) {
 		m.Stage = st
 		m.Title = onboarding.Stage(st).String() + " — " + onboarding.Stage(st).Title()
 	}
+	m.Search = searchTerm(r)
 	if m.Wired {
-		list, err := s.opts.Onboarding.ListFunnels(ctx, onboarding.FunnelFilter{Stage: onboarding.Stage(m.Stage), Limit: 100})
+		win := windowOf(r)
+		f := onboarding.FunnelFilter{Stage: onboarding.Stage(m.Stage), Search: m.Search, Before: win.Before, After: win.After, Limit: perPage + 1}
+		list, err := s.opts.Onboarding.ListFunnels(ctx, f)
+		var invalid *contract.InvalidError
+		if errors.As(err, &invalid) {
+			s.problem(w, r, http.StatusBadRequest, "bot", "That is no place in the funnel: "+err.Error())
+			return
+		}
 		if err != nil {
+			s.failed(w, r, "bot", err)
+			return
+		}
+		list, newer, older := fitWindow(list, perPage, win)
+		var first, last string
+		if len(list) > 0 {
+			first, last = list[0].Key(), list[len(list)-1].Key()
+		}
+		m.Pager = newPager(listBase(r), len(list), newer, older, first, last, "users")
+		count := func(ctx context.Context, w window, _ int64) (int64, error) {
+			cf := f
+			cf.Before, cf.After = w.Before, w.After
+			return s.opts.Onboarding.CountFunnels(ctx, cf)
+		}
+		if err := m.Pager.place(ctx, count, win, first, last, false); err != nil {
 			s.failed(w, r, "bot", err)
 			return
 		}
