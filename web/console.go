@@ -43,6 +43,7 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	post("/bot/events/{id:[0-9]+}/redrive", s.botRedrive)
 	post("/bot/events/redrive", s.botRedriveDead)
 	post("/bot/dms/{id}/redrive", s.botDMRedrive)
+	post("/bot/dms/redrive", s.botRedriveDMs)
 	get("/bot/funnel", s.botFunnel)
 	get("/bot/users/{tg:[0-9]+}", s.botUser)
 

@@ -44,6 +44,7 @@ type onboardingOps interface {
 	GetFunnel(ctx context.Context, tg contract.TelegramID) (onboarding.Funnel, []onboarding.FunnelChange, error)
 	ListDMs(ctx context.Context, f onboarding.DMFilter) ([]onboarding.DM, error)
 	RedriveDM(ctx context.Context, id string) error
+	RedriveDMs(ctx context.Context, ids []string) (int64, error)
 }
 
 // eventsPerPage is how many events the Bot outbox page lists at once.
@@ -288,6 +289,8 @@ type botModel struct {
 	Funnel      []stageRow
 	FunnelWired bool
 	FailedDMs   []outgoingRow
+	// DMBulk sends chosen failed DMs (or all of them) again.
+	DMBulk *bulkModel
 }
 
 // searchKeep are the filters the search form keeps: the state and the
@@ -368,13 +371,20 @@ func (s *Server) botPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.opts.Onboarding != nil {
-		failed, err := s.opts.Onboarding.ListDMs(ctx, onboarding.DMFilter{Status: onboarding.DMFailed, Limit: 20})
+		failed, err := s.opts.Onboarding.ListDMs(ctx, onboarding.DMFilter{Status: onboarding.DMFailed, Limit: perPage})
 		if err != nil {
 			s.failed(w, r, "bot", err)
 			return
 		}
 		for _, o := range failed {
 			m.FailedDMs = append(m.FailedDMs, toOutgoingRow(o))
+		}
+		if len(failed) > 0 {
+			m.DMBulk = &bulkModel{
+				FormID: "bulk-dms", Noun: "failed Telegram calls", Total: s.failedDMCount(r, len(failed)),
+				Fields:  []formField{{"back", m.Self}},
+				Actions: []bulkAction{{Label: "Send again", Action: "/admin/bot/dms/redrive", Testid: "redrive"}},
+			}
 		}
 	}
 	s.render(w, r, botPage(p, m))
@@ -551,6 +561,52 @@ func (s *Server) botRedriveDead(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.done(w, r, back, n > 0, count(n)+" dead-lettered events redriven: they are pending again.")
+}
+
+// failedDMCount is how many DMs failed: the dead letters of the DM queue,
+// from the queues' statistics, or the shown ones when those are not wired.
+func (s *Server) failedDMCount(r *http.Request, shown int) int64 {
+	if st, ok := s.queueStats(r); ok {
+		for _, q := range st.Queues {
+			if q.Name == onboarding.DMQueue {
+				return q.Dead
+			}
+		}
+	}
+	return int64(shown)
+}
+
+// botRedriveDMs sends failed DMs again in bulk: the chosen ones, or all of
+// them, after a confirmation that states how many.
+func (s *Server) botRedriveDMs(w http.ResponseWriter, r *http.Request) {
+	if !s.parseForm(w, r, "/admin/bot") {
+		return
+	}
+	back := backTo(r, "/admin/bot")
+	if s.opts.Onboarding == nil {
+		s.done(w, r, back, false, "The onboarding bot is not wired in this process.")
+		return
+	}
+	chosen, all, ok := bulkScope(r)
+	if !ok {
+		s.done(w, r, back, false, "No Telegram call was chosen.")
+		return
+	}
+	question := "Send the " + countInt(len(chosen)) + " chosen failed Telegram calls again? Each user's unreachable mark is cleared."
+	if all {
+		chosen = nil
+		n := s.failedDMCount(r, 0)
+		question = "Send all " + count(n) + " failed Telegram calls again (at most 1,000 at once)? Each user's unreachable mark is cleared."
+	}
+	if !s.confirmed(w, r, "bot", question, "Send again", back) {
+		return
+	}
+	n, err := s.opts.Onboarding.RedriveDMs(r.Context(), chosen)
+	if err != nil {
+		s.actionFailed(w, r, back, err, false)
+		return
+	}
+	s.done(w, r, back, n > 0, count(n)+" failed Telegram calls sent again: they are queued.")
 }
 
 func (s *Server) botDMRedrive(w http.ResponseWriter, r *http.Request) {
