@@ -364,15 +364,15 @@ func TestFunnelList(t *testing.T) {
 	}
 	c := newConsole(t, web.Options{DB: db, Onboarding: ob, Funnel: onboarding.NewStats(db)})
 	doc := c.get(t, "/admin/bot/funnel", http.StatusOK)
-	if got := trimmed(tid(doc, "funnel-pager-position")); got != "1–50 of 70 users" {
+	if got := trimmed(tid(doc, "funnel-pager-position")); got != "1–50 of 70 Telegram users" {
 		t.Fatalf("first window at %q", got)
 	}
 	doc = c.get(t, tid(doc, "funnel-pager-older").AttrOr("href", ""), http.StatusOK)
-	if got := trimmed(tid(doc, "funnel-pager-position")); got != "51–70 of 70 users" || tid(doc, "funnel-user-9000").Length() != 1 {
+	if got := trimmed(tid(doc, "funnel-pager-position")); got != "51–70 of 70 Telegram users" || tid(doc, "funnel-user-9000").Length() != 1 {
 		t.Fatalf("second window at %q", got)
 	}
 	doc = c.get(t, "/admin/bot/funnel?stage=2&q=9001", http.StatusOK)
-	if got := trimmed(tid(doc, "funnel-pager-position")); got != "1–1 of 1 users" || tid(doc, "funnel-user-9001").Length() != 1 {
+	if got := trimmed(tid(doc, "funnel-pager-position")); got != "1–1 of 1 Telegram users" || tid(doc, "funnel-user-9001").Length() != 1 {
 		t.Fatalf("the search shows %q", got)
 	}
 }

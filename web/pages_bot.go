@@ -716,7 +716,7 @@ func (s *Server) botFunnel(w http.ResponseWriter, r *http.Request) {
 		if len(list) > 0 {
 			first, last = list[0].Key(), list[len(list)-1].Key()
 		}
-		m.Pager = newPager(listBase(r), len(list), newer, older, first, last, "users")
+		m.Pager = newPager(listBase(r), len(list), newer, older, first, last, "Telegram users")
 		count := func(ctx context.Context, w window, _ int64) (int64, error) {
 			cf := f
 			cf.Before, cf.After = w.Before, w.After

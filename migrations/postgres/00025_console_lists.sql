@@ -2,8 +2,15 @@
 -- The console's lists at any size (issue 20): each list is read in windows
 -- by a key, newest first, and counted; these indexes let each window and
 -- each count read only its own rows, however deep the window and however
--- rare the rows in their table. (The outbox's filters have theirs already:
+-- rare the rows in their table. (The outbox's other filters have theirs:
 -- 00004 and 00012.)
+
+-- The outbox's dead letters in id order (bot/backend ListEvents with
+-- state=dead): however rare among a million events, a window reads only
+-- its own rows. PostgreSQL walks it; SQLite's planner, without statistics,
+-- walks the unfinished rows of (processed_at, id), which are few.
+create index bot_event_outbox_dead_idx on bot_event_outbox (id)
+  where processed_at is null and dead_lettered_at is not null;
 
 -- The inbox by state, latest activity first (omni ListThreads): the key
 -- (last_message_at, id) under the state, which also counts a state's
@@ -30,3 +37,4 @@ drop index referral_users_updated_idx;
 drop index referral_links_created_idx;
 drop index referral_links_live_created_idx;
 drop index omni_threads_state_last_message_idx;
+drop index bot_event_outbox_dead_idx;
