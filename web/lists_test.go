@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -16,9 +15,11 @@ import (
 	"switchyard/bot/backend"
 	"switchyard/bot/contract"
 	"switchyard/bot/onboarding"
+	"switchyard/bot/onboarding/onboardingtest"
 	"switchyard/omni"
+	"switchyard/omni/omnitest"
 	"switchyard/referral"
-	"switchyard/store"
+	"switchyard/referral/referraltest"
 	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
 	"switchyard/web"
@@ -163,38 +164,22 @@ func TestInboxList(t *testing.T) {
 	t.Parallel()
 	db := storetest.New(t)
 	base := time.Date(2026, 2, 1, 10, 0, 0, 0, time.UTC)
-	var long int64
-	err := db.Tx(context.Background(), func(tx *sql.Tx) error {
-		for i := range 120 {
-			at := store.TS(base.Add(time.Duration(i) * time.Minute))
-			var contact, thread int64
-			if err := tx.QueryRow(`insert into omni_contacts (provider, provider_user_id, name, created_at, updated_at)
-				values ('telegram', ?, ?, ?, ?) returning id`, fmt.Sprint(7000+i), fmt.Sprint("Customer ", i), at, at).Scan(&contact); err != nil {
-				return err
-			}
-			if err := tx.QueryRow(`insert into omni_threads (contact_id, channel, bot_id, chat_id, state, last_message_at, created_at, updated_at)
-				values (?, 'telegram_bot', '1', ?, 'open', ?, ?, ?) returning id`, contact, fmt.Sprint(7000+i), at, at, at).Scan(&thread); err != nil {
-				return err
-			}
-			n, text := 1, fmt.Sprint("hello ", i)
-			if i == 0 {
-				n, long = 70, thread
-			}
-			if i == 33 {
-				text = "where is my parcel?"
-			}
-			for seq := 1; seq <= n; seq++ {
-				if _, err := tx.Exec(`insert into omni_messages (thread_id, seq, direction, origin, kind, text, status, created_at, updated_at)
-					values (?, ?, 'inbound', 'provider', 'text', ?, 'received', ?, ?)`, thread, seq, fmt.Sprint(text, " #", seq), at, at); err != nil {
-					return err
-				}
+	var seeds []omnitest.InboxThread
+	for i := range 120 {
+		th := omnitest.InboxThread{UserID: fmt.Sprint(7000 + i), Name: fmt.Sprint("Customer ", i), At: base.Add(time.Duration(i) * time.Minute),
+			Texts: []string{fmt.Sprint("hello ", i, " #1")}}
+		if i == 0 {
+			th.Texts = nil
+			for seq := 1; seq <= 70; seq++ {
+				th.Texts = append(th.Texts, fmt.Sprint("hello 0 #", seq))
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		if i == 33 {
+			th.Texts = []string{"where is my parcel? #1"}
+		}
+		seeds = append(seeds, th)
 	}
+	long := omnitest.Inbox(t, db, seeds)[0]
 	c := newConsole(t, web.Options{DB: db, Chat: omni.NewAdmin(omni.AdminOpts{DB: db})})
 	threads := func(doc *goquery.Document) []string { return rowIDs(tid(doc, "inbox").Find("li[data-testid]")) }
 
@@ -271,11 +256,7 @@ func TestReferralLists(t *testing.T) {
 		}
 		ids[l.URL] = string(l.ID)
 	}
-	if _, err := db.Write.Exec(`insert into referral_users (id, type, status, first_name, last_name, phone_number, is_name_filled,
-		replica_version, updated_at) values ('22222222-2222-4222-8222-222222222222', 'Client', 'Active', 'Vera', 'Demo', '+79991234567', 1, 1, ?)`,
-		store.TS(db.Now())); err != nil {
-		t.Fatal(err)
-	}
+	referraltest.Replica(t, db, "22222222-2222-4222-8222-222222222222", "Vera", "Demo", "+79991234567", db.Now())
 	c := newConsole(t, web.Options{DB: db, Referral: ref})
 	links := func(doc *goquery.Document) []string {
 		return rowIDs(tid(doc, "link-table").Find("tbody tr[data-testid]"))
@@ -355,13 +336,12 @@ func TestFunnelList(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := db.Now()
+	var users []onboardingtest.Funnel
 	for i := range 70 {
-		at := store.TS(base.Add(time.Duration(i) * time.Second))
-		if _, err := db.Write.Exec(`insert into bot_funnel (telegram_id, uid, stage, created_at, updated_at) values (?, ?, ?, ?, ?)`,
-			fmt.Sprint(9000+i), 300+i, 1+i%2, at, at); err != nil {
-			t.Fatal(err)
-		}
+		users = append(users, onboardingtest.Funnel{TelegramID: contract.TelegramID(fmt.Sprint(9000 + i)), UID: contract.UID(300 + i),
+			Stage: onboarding.Stage(1 + i%2), At: base.Add(time.Duration(i) * time.Second)})
 	}
+	onboardingtest.Funnels(t, db, users)
 	c := newConsole(t, web.Options{DB: db, Onboarding: ob, Funnel: onboarding.NewStats(db)})
 	doc := c.get(t, "/admin/bot/funnel", http.StatusOK)
 	if got := trimmed(tid(doc, "funnel-pager-position")); got != "1–50 of 70 Telegram users" {
