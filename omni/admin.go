@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -82,6 +83,12 @@ func (a *Admin) AdminRoutes(r *mux.Router) {
 type ThreadFilter struct {
 	// State is open, closed, or empty for both.
 	State ThreadState
+	// Search keeps the threads a term finds (threads.go says how).
+	Search string
+	// Before keeps the threads after this key (Thread.Key) in the list's
+	// order, latest activity first: an older window. After keeps those
+	// before it, listed nearest the key first: a newer window.
+	Before, After string
 	// Limit caps the result (default 100, at most 500).
 	Limit int
 }
@@ -95,18 +102,14 @@ const (
 	threadFrom = ` from omni_threads t join omni_contacts c on c.id = t.contact_id`
 )
 
-const listThreadsQuery = `select ` + threadColumns + threadFrom + `
-	where (? = '' or t.state = ?)
-	order by t.last_message_at desc, t.id desc
-	limit ?`
-
-// ListThreads returns threads, the latest activity first.
+// ListThreads returns a window of threads, the latest activity first
+// (threads.go).
 func (a *Admin) ListThreads(ctx context.Context, f ThreadFilter) ([]Thread, error) {
-	if f.Limit <= 0 {
-		f.Limit = 100
+	q, args, err := f.listSQL()
+	if err != nil {
+		return nil, err
 	}
-	f.Limit = min(f.Limit, 500)
-	rows, err := a.db.Read.QueryContext(ctx, listThreadsQuery, string(f.State), string(f.State), f.Limit)
+	rows, err := a.db.Read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list threads: %w", err)
 	}
@@ -140,8 +143,14 @@ func scanThread(s scanner) (Thread, error) {
 
 // MessageFilter narrows ListMessages.
 type MessageFilter struct {
-	// AfterSeq returns only messages after this position in the thread.
+	// AfterSeq returns only messages after this position in the thread, in
+	// thread order.
 	AfterSeq int64
+	// Newest lists the thread from its latest message back (seq
+	// descending), below BeforeSeq when it is set: the newest window of a
+	// long thread, and the older ones.
+	Newest    bool
+	BeforeSeq int64
 	// Limit caps the result (default 500, at most 1000).
 	Limit int
 }
@@ -152,10 +161,15 @@ const (
 		next_attempt_at, coalesce(failure_reason, ''), edited_at, deleted_at, sent_at, created_at`
 	threadExistsQuery = `select count(*) from omni_threads where id = ?`
 	listMessagesQuery = `select ` + messageColumns + ` from omni_messages where thread_id = ? and seq > ? order by seq limit ?`
-	getMessageQuery   = `select ` + messageColumns + ` from omni_messages where id = ?`
+	// newestMessagesQuery walks the (thread_id, seq) key backwards.
+	newestMessagesQuery = `select ` + messageColumns + ` from omni_messages where thread_id = ? and seq > ? and seq < ?
+		order by seq desc limit ?`
+	countMessagesQuery = `select count(*) from omni_messages where thread_id = ? and seq > ? and seq < ?`
+	getMessageQuery    = `select ` + messageColumns + ` from omni_messages where id = ?`
 )
 
-// ListMessages returns a thread's messages in thread order.
+// ListMessages returns a thread's messages in thread order, or, with
+// Newest, latest first.
 func (a *Admin) ListMessages(ctx context.Context, thread ThreadID, f MessageFilter) ([]OmniMessage, error) {
 	if f.Limit <= 0 {
 		f.Limit = 500
@@ -168,7 +182,11 @@ func (a *Admin) ListMessages(ctx context.Context, thread ThreadID, f MessageFilt
 	if n == 0 {
 		return nil, ErrThreadNotFound
 	}
-	rows, err := a.db.Read.QueryContext(ctx, listMessagesQuery, int64(thread), f.AfterSeq, f.Limit)
+	q, args := listMessagesQuery, []any{int64(thread), f.AfterSeq, f.Limit}
+	if f.Newest || f.BeforeSeq > 0 {
+		q, args = newestMessagesQuery, []any{int64(thread), f.AfterSeq, seqBelow(f.BeforeSeq), f.Limit}
+	}
+	rows, err := a.db.Read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list messages: %w", err)
 	}
@@ -182,6 +200,24 @@ func (a *Admin) ListMessages(ctx context.Context, thread ThreadID, f MessageFilt
 		msgs = append(msgs, m)
 	}
 	return msgs, rows.Err()
+}
+
+// seqBelow is the bound of a BeforeSeq: none when it is zero.
+func seqBelow(before int64) int64 {
+	if before <= 0 {
+		return math.MaxInt64
+	}
+	return before
+}
+
+// CountMessages counts a thread's messages between f's AfterSeq and
+// BeforeSeq (all of them when both are zero), from the (thread_id, seq) key.
+func (a *Admin) CountMessages(ctx context.Context, thread ThreadID, f MessageFilter) (int64, error) {
+	var n int64
+	if err := a.db.Read.QueryRowContext(ctx, countMessagesQuery, int64(thread), f.AfterSeq, seqBelow(f.BeforeSeq)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count messages: %w", err)
+	}
+	return n, nil
 }
 
 // Message returns one message.
@@ -296,6 +332,8 @@ func httpError(err error) error {
 		return httpjson.NotFound("no such thread")
 	case errors.Is(err, ErrMessageNotFound):
 		return httpjson.NotFound("no such message")
+	case errors.Is(err, ErrInvalidFilter):
+		return httpjson.BadRequest("%s", strings.TrimPrefix(err.Error(), ErrInvalidFilter.Error()+": "))
 	case store.IsFull(err):
 		return httpjson.Unavailable("the database is full")
 	}
@@ -303,11 +341,12 @@ func httpError(err error) error {
 }
 
 func (a *Admin) listThreads(w http.ResponseWriter, r *http.Request) error {
-	f := ThreadFilter{State: ThreadState(r.URL.Query().Get("state"))}
+	q := r.URL.Query()
+	f := ThreadFilter{State: ThreadState(q.Get("state")), Search: q.Get("q"), Before: q.Get("before"), After: q.Get("after")}
 	if f.State != "" && f.State != ThreadOpen && f.State != ThreadClosed {
 		return httpjson.BadRequest("state must be open or closed")
 	}
-	if v := r.URL.Query().Get("limit"); v != "" {
+	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
 			return httpjson.BadRequest("limit must be a positive number")
@@ -318,7 +357,12 @@ func (a *Admin) listThreads(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return httpError(err)
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{"threads": threads})
+	body := map[string]any{"threads": threads}
+	if f.After == "" && len(threads) > 0 && len(threads) == threadLimit(f.Limit) {
+		// A full window: the next one starts past its last thread.
+		body["nextBefore"] = threads[len(threads)-1].Key()
+	}
+	httpjson.Write(w, http.StatusOK, body)
 	return nil
 }
 
@@ -329,6 +373,12 @@ func (a *Admin) listMessages(w http.ResponseWriter, r *http.Request) error {
 	}
 	var f MessageFilter
 	q := r.URL.Query()
+	if v := q.Get("before"); v != "" {
+		if f.BeforeSeq, err = strconv.ParseInt(v, 10, 64); err != nil || f.BeforeSeq <= 0 {
+			return httpjson.BadRequest("before must be a thread position (seq)")
+		}
+	}
+	f.Newest = q.Get("newest") == "true"
 	if v := q.Get("after"); v != "" {
 		if f.AfterSeq, err = strconv.ParseInt(v, 10, 64); err != nil || f.AfterSeq < 0 {
 			return httpjson.BadRequest("after must be a thread position (seq)")

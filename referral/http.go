@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,6 +47,8 @@ func httpError(err error) error {
 		return httpjson.NotFound("%s", err.Error())
 	case errors.Is(err, ErrReplicaNotFound):
 		return httpjson.NotFound("%s", err.Error())
+	case errors.Is(err, ErrInvalidFilter):
+		return httpjson.BadRequest("%s", strings.TrimPrefix(err.Error(), ErrInvalidFilter.Error()+": "))
 	}
 	return err
 }
@@ -112,16 +115,23 @@ func (s *Service) handleListLinks(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	links, err := s.ListLinks(r.Context(), LinkFilter{OwnerUserID: owner, IncludeDeleted: q.Get("includeDeleted") == "true", Limit: n})
+	f := LinkFilter{OwnerUserID: owner, IncludeDeleted: q.Get("includeDeleted") == "true", Limit: n,
+		Search: q.Get("q"), Before: q.Get("before"), After: q.Get("after")}
+	links, err := s.ListLinks(r.Context(), f)
 	if err != nil {
-		return err
+		return httpError(err)
 	}
 	out := make([]linkJSON, 0, len(links))
 	for _, l := range links {
 		out = append(out, linkJSON{ID: l.ID, URL: l.URL, OwnerUserID: l.OwnerUserID, TenantID: l.TenantID,
 			Channel: l.Channel, CreatedAt: l.CreatedAt, DeletedAt: timePtr(l.DeletedAt)})
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{"links": out})
+	body := map[string]any{"links": out}
+	if f.After == "" && len(links) > 0 && len(links) == limit(n) {
+		// A full window: the next one starts past its last link.
+		body["nextBefore"] = links[len(links)-1].Key()
+	}
+	httpjson.Write(w, http.StatusOK, body)
 	return nil
 }
 

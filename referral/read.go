@@ -93,14 +93,23 @@ func (s *Service) DeleteLink(ctx context.Context, id LinkID) error {
 type LinkFilter struct {
 	OwnerUserID    UserID
 	IncludeDeleted bool
-	Limit          int // default 100, at most 1000
+	// Search keeps the links whose slug holds the term, or whose owner's
+	// user id it is (lists.go).
+	Search string
+	// Before keeps the links after this key (Link.Key) in the list's order,
+	// newest first: an older window. After keeps those before it, nearest
+	// the key first: a newer window.
+	Before, After string
+	Limit         int // default 100, at most 1000
 }
 
-// ListLinks returns links, newest first.
+// ListLinks returns a window of links, newest first (lists.go).
 func (s *Service) ListLinks(ctx context.Context, f LinkFilter) ([]Link, error) {
-	q := `select ` + linkColumns + ` from referral_links where (? = '' or owner_user_id = ?) and (? or deleted_at is null)
-		order by created_at desc, id desc limit ?`
-	rows, err := s.db.Read.QueryContext(ctx, q, string(f.OwnerUserID), string(f.OwnerUserID), f.IncludeDeleted, limit(f.Limit))
+	q, args, err := f.listSQL()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -130,14 +139,21 @@ func (s *Service) Replica(ctx context.Context, id UserID) (Replica, error) {
 
 // ReplicaFilter selects replicas.
 type ReplicaFilter struct {
-	Limit int // default 100, at most 1000
+	// Search keeps the replicas it finds: a user id, a name, or the last
+	// digits of a phone number (lists.go).
+	Search string
+	// Before and After are window keys (Replica.Key), as in LinkFilter.
+	Before, After string
+	Limit         int // default 100, at most 1000
 }
 
-const listReplicasQuery = `select ` + replicaColumns + ` from referral_users order by updated_at desc, id limit ?`
-
-// ListReplicas returns the replicas changed last first.
+// ListReplicas returns a window of replicas, changed last first.
 func (s *Service) ListReplicas(ctx context.Context, f ReplicaFilter) ([]Replica, error) {
-	rows, err := s.db.Read.QueryContext(ctx, listReplicasQuery, limit(f.Limit))
+	q, args, err := f.listSQL()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list replicas: %w", err)
 	}

@@ -29,7 +29,7 @@ func TestConsoleReads(t *testing.T) {
 			if err != nil || one != r {
 				t.Fatalf("listed %+v, read %+v (%v)", r, one, err)
 			}
-			if i > 0 && (r.UpdatedAt.After(list[i-1].UpdatedAt) || r.UpdatedAt.Equal(list[i-1].UpdatedAt) && r.ID < list[i-1].ID) {
+			if i > 0 && (r.UpdatedAt.After(list[i-1].UpdatedAt) || r.UpdatedAt.Equal(list[i-1].UpdatedAt) && r.ID > list[i-1].ID) {
 				t.Fatalf("replica %d (%s, %v) listed after %s, %v", i, r.ID, r.UpdatedAt, list[i-1].ID, list[i-1].UpdatedAt)
 			}
 		}

@@ -43,7 +43,9 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	get("/bot", s.botPage)
 	get("/bot/events/{id:[0-9]+}", s.botEvent)
 	post("/bot/events/{id:[0-9]+}/redrive", s.botRedrive)
+	post("/bot/events/redrive", s.botRedriveDead)
 	post("/bot/dms/{id}/redrive", s.botDMRedrive)
+	post("/bot/dms/redrive", s.botRedriveDMs)
 	get("/bot/funnel", s.botFunnel)
 	get("/bot/users/{tg:[0-9]+}", s.botUser)
 
@@ -52,6 +54,9 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	get("/referral/users/{id}", s.referralUser)
 	post("/referral/links", s.referralCreateLink)
 	post("/referral/links/{id}/delete", s.referralDeleteLink)
+	get("/referral/links", s.referralLinks)
+	post("/referral/links/delete", s.referralDeleteLinks)
+	get("/referral/replicas", s.referralReplicas)
 
 	get("/chat", s.chatInbox)
 	get("/chat/threads/{id:[0-9]+}", s.chatThread)

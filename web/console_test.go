@@ -174,7 +174,7 @@ func TestEventTable(t *testing.T) {
 		{ID: "7", Href: "/admin/bot/events/7", Type: "registered", User: "uid 5", UserHref: "/admin/bot?user=uid:5", State: "dead", Attempts: 10, LastError: "502"},
 		{ID: "8", Href: "/admin/bot/events/8", Type: "new_partner", User: "—", State: "retrying", Attempts: 2, Due: "2026-01-15 12:34:00 (in 4m)"},
 	}
-	doc := render(t, eventTable(rows))
+	doc := render(t, eventTable(rows, ""))
 	dead := byID(doc, "event-7")
 	if !dead.Find(`[data-testid="state"]`).HasClass("dead") || !strings.Contains(text(dead), "502") {
 		t.Fatalf("dead row: %q", text(dead))
@@ -185,7 +185,7 @@ func TestEventTable(t *testing.T) {
 	if !strings.Contains(text(byID(doc, "event-8")), "in 4m") {
 		t.Fatalf("a retrying event does not show its next retry: %q", text(byID(doc, "event-8")))
 	}
-	doc = render(t, eventTable(nil))
+	doc = render(t, eventTable(nil, ""))
 	if !strings.Contains(text(byID(doc, "event-table")), "No events match.") {
 		t.Fatal("an empty list says nothing")
 	}

@@ -22,6 +22,8 @@ import (
 // outboxOps is what the console needs of the bot outbox (*backend.Outbox).
 type outboxOps interface {
 	ListEvents(ctx context.Context, f backend.EventFilter) ([]backend.EventRecord, error)
+	CountEvents(ctx context.Context, f backend.EventFilter, upTo int64) (int64, error)
+	RedriveDead(ctx context.Context, f backend.EventFilter, ids []contract.EventID) (int64, error)
 	GetEvent(ctx context.Context, id contract.EventID) (backend.EventRecord, error)
 	Redrive(ctx context.Context, id contract.EventID) (backend.EventRecord, error)
 	CountUnfinished(ctx context.Context) (backend.Counts, error)
@@ -38,28 +40,30 @@ type funnelOps interface {
 // onboardingOps is what the console needs of the onboarding bot (*onboarding.Bot).
 type onboardingOps interface {
 	ListFunnels(ctx context.Context, f onboarding.FunnelFilter) ([]onboarding.Funnel, error)
+	CountFunnels(ctx context.Context, f onboarding.FunnelFilter) (int64, error)
 	GetFunnel(ctx context.Context, tg contract.TelegramID) (onboarding.Funnel, []onboarding.FunnelChange, error)
 	ListDMs(ctx context.Context, f onboarding.DMFilter) ([]onboarding.DM, error)
 	RedriveDM(ctx context.Context, id string) error
+	RedriveDMs(ctx context.Context, ids []string) (int64, error)
 }
 
 // eventsPerPage is how many events the Bot outbox page lists at once.
-const eventsPerPage = 50
+const eventsPerPage = perPage
 
 // eventQuery is the Bot outbox page's filter, from its query string.
 type eventQuery struct {
 	State  backend.EventState
 	Type   contract.EventType
 	User   string // "uid:5", "tg:123", or a bare number matching either
-	Before contract.EventID
+	Search string // q: an event id, uid or Telegram id, or payload text
 }
 
-func parseEventQuery(r *http.Request) eventQuery {
-	q := r.URL.Query()
+func parseEventQuery(q url.Values) eventQuery {
 	f := eventQuery{
-		State: backend.EventState(q.Get("state")),
-		Type:  contract.EventType(q.Get("type")),
-		User:  strings.TrimSpace(q.Get("user")),
+		State:  backend.EventState(q.Get("state")),
+		Type:   contract.EventType(q.Get("type")),
+		User:   strings.TrimSpace(q.Get("user")),
+		Search: strings.TrimSpace(q.Get("q")),
 	}
 	switch f.State {
 	case backend.StatePending, backend.StateRetrying, backend.StateProcessed, backend.StateDead:
@@ -69,25 +73,35 @@ func parseEventQuery(r *http.Request) eventQuery {
 	if !f.Type.Valid() {
 		f.Type = ""
 	}
-	if n, err := strconv.ParseInt(q.Get("before"), 10, 64); err == nil && n > 0 {
-		f.Before = contract.EventID(n)
+	if len(f.Search) > maxKeyLen {
+		f.Search = strings.ToValidUTF8(f.Search[:maxKeyLen], "")
 	}
 	return f
 }
 
-func (f eventQuery) href(state backend.EventState, before contract.EventID) string {
+// fields are the filters of q but its state, as form fields.
+func (f eventQuery) fields() []formField {
+	var ff []formField
+	if f.Type != "" {
+		ff = append(ff, formField{"type", string(f.Type)})
+	}
+	if f.User != "" {
+		ff = append(ff, formField{"user", f.User})
+	}
+	if f.Search != "" {
+		ff = append(ff, formField{"q", f.Search})
+	}
+	return ff
+}
+
+// href is the first window of the list of f in state.
+func (f eventQuery) href(state backend.EventState) string {
 	v := url.Values{}
 	if state != "" {
 		v.Set("state", string(state))
 	}
-	if f.Type != "" {
-		v.Set("type", string(f.Type))
-	}
-	if f.User != "" {
-		v.Set("user", f.User)
-	}
-	if before > 0 {
-		v.Set("before", strconv.FormatInt(int64(before), 10))
+	for _, ff := range f.fields() {
+		v.Set(ff.Name, ff.Value)
 	}
 	if len(v) == 0 {
 		return "/admin/bot"
@@ -98,7 +112,7 @@ func (f eventQuery) href(state backend.EventState, before contract.EventID) stri
 // eventFilter is the outbox's filter of q: a user is "uid:5", "tg:123", or
 // a bare number matching either. ok is false for a user no event can match.
 func (f eventQuery) eventFilter(limit int) (ef backend.EventFilter, ok bool) {
-	ef = backend.EventFilter{State: f.State, Type: f.Type, Limit: limit, BeforeID: f.Before}
+	ef = backend.EventFilter{State: f.State, Type: f.Type, Limit: limit, Search: f.Search}
 	if f.User == "" {
 		return ef, true
 	}
@@ -123,23 +137,34 @@ func (f eventQuery) eventFilter(limit int) (ef backend.EventFilter, ok bool) {
 	return ef, true
 }
 
-// listEvents lists a page of the events of a filter, newest first, from
-// f.Before down; the outbox filters by state, type and user itself. next is
-// where the next page starts, zero when there is none.
-func (s *Server) listEvents(ctx context.Context, f eventQuery, want int) (events []backend.EventRecord, next contract.EventID, err error) {
+// listEvents lists a window of the events of a filter, in the list's order
+// (newest first), and the pager around it; the outbox filters, searches and
+// counts itself.
+func (s *Server) listEvents(ctx context.Context, f eventQuery, w window, want int, base url.URL) ([]backend.EventRecord, pager, error) {
 	ef, ok := f.eventFilter(want + 1)
 	if !ok {
-		return nil, 0, nil
+		return nil, pager{Total: 0, Offset: 0, Noun: "events"}, nil
 	}
-	events, err = s.opts.Outbox.ListEvents(ctx, ef)
+	ef.BeforeID, ef.AfterID = contract.EventID(int64Key(w.Before)), contract.EventID(int64Key(w.After))
+	events, err := s.opts.Outbox.ListEvents(ctx, ef)
 	if err != nil {
-		return nil, 0, err
+		return nil, pager{}, err
 	}
-	if len(events) > want {
-		events = events[:want]
-		next = events[want-1].ID
+	events, newer, older := fitWindow(events, want, w)
+	var first, last string
+	if len(events) > 0 {
+		first, last = strconv.FormatInt(int64(events[0].ID), 10), strconv.FormatInt(int64(events[len(events)-1].ID), 10)
 	}
-	return events, next, nil
+	p := newPager(base, len(events), newer, older, first, last, "events")
+	count := func(ctx context.Context, w window, upTo int64) (int64, error) {
+		cf := ef
+		cf.BeforeID, cf.AfterID = contract.EventID(int64Key(w.Before)), contract.EventID(int64Key(w.After))
+		return s.opts.Outbox.CountEvents(ctx, cf, upTo)
+	}
+	if err := p.place(ctx, count, w, first, last, ef.SearchReadsRows()); err != nil {
+		return nil, pager{}, err
+	}
+	return events, p, nil
 }
 
 // eventRow is one outbox event in a list.
@@ -251,16 +276,36 @@ func deref(s *string) string {
 
 // botModel is the Bot outbox page.
 type botModel struct {
-	Wired       bool
-	PerMinute   int64
-	Tabs        []stateTab
-	Query       eventQuery
-	Types       []string
-	Events      []eventRow
-	Older       string
+	Wired     bool
+	PerMinute int64
+	Tabs      []stateTab
+	Query     eventQuery
+	Types     []string
+	Events    []eventRow
+	Pager     pager
+	// Bulk is the redrive of chosen dead letters, on the dead-lettered list.
+	Bulk        *bulkModel
+	Self        string
 	Funnel      []stageRow
 	FunnelWired bool
 	FailedDMs   []outgoingRow
+	// DMBulk sends chosen failed DMs (or all of them) again.
+	DMBulk *bulkModel
+}
+
+// searchKeep are the filters the search form keeps: the state and the
+// others.
+func (m botModel) searchKeep() []formField {
+	var keep []formField
+	if m.Query.State != "" {
+		keep = append(keep, formField{"state", string(m.Query.State)})
+	}
+	for _, f := range m.Query.fields() {
+		if f.Name != "q" {
+			keep = append(keep, f)
+		}
+	}
+	return keep
 }
 
 func (s *Server) botPage(w http.ResponseWriter, r *http.Request) {
@@ -271,8 +316,8 @@ func (s *Server) botPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	now := s.opts.DB.Now()
-	f := parseEventQuery(r)
-	m := botModel{Wired: true, Query: f, FunnelWired: s.opts.Onboarding != nil}
+	f := parseEventQuery(r.URL.Query())
+	m := botModel{Wired: true, Query: f, FunnelWired: s.opts.Onboarding != nil, Self: r.URL.RequestURI()}
 	for _, t := range contract.EventTypes {
 		m.Types = append(m.Types, string(t))
 	}
@@ -300,31 +345,46 @@ func (s *Server) botPage(w http.ResponseWriter, r *http.Request) {
 		if t.state == "" {
 			testid = "tab-all"
 		}
-		m.Tabs = append(m.Tabs, stateTab{Label: t.label, Count: t.n, Href: f.href(t.state, 0), Active: f.State == t.state, Testid: testid})
+		m.Tabs = append(m.Tabs, stateTab{Label: t.label, Count: t.n, Href: f.href(t.state), Active: f.State == t.state, Testid: testid})
 	}
-	events, next, err := s.listEvents(ctx, f, eventsPerPage)
+	events, pg, err := s.listEvents(ctx, f, windowOf(r), eventsPerPage, listBase(r))
 	if err != nil {
 		s.failed(w, r, "bot", err)
 		return
 	}
+	m.Pager = pg
 	for _, e := range events {
 		m.Events = append(m.Events, toEventRow(e, now))
 	}
-	if next > 0 {
-		m.Older = f.href(f.State, next)
+	if f.State == backend.StateDead {
+		m.Bulk = &bulkModel{
+			FormID: "bulk-events", Noun: "dead-lettered events", Total: pg.Total,
+			Fields:  append(f.fields(), formField{"back", m.Self}),
+			Actions: []bulkAction{{Label: "Redrive", Action: "/admin/bot/events/redrive", Testid: "redrive"}},
+		}
+		if pg.Capped {
+			m.Bulk.Total = 0 // "all N matching" needs N
+		}
 	}
 	if m.Funnel, err = s.funnelRows(ctx); err != nil {
 		s.failed(w, r, "bot", err)
 		return
 	}
 	if s.opts.Onboarding != nil {
-		failed, err := s.opts.Onboarding.ListDMs(ctx, onboarding.DMFilter{Status: onboarding.DMFailed, Limit: 20})
+		failed, err := s.opts.Onboarding.ListDMs(ctx, onboarding.DMFilter{Status: onboarding.DMFailed, Limit: perPage})
 		if err != nil {
 			s.failed(w, r, "bot", err)
 			return
 		}
 		for _, o := range failed {
 			m.FailedDMs = append(m.FailedDMs, toOutgoingRow(o))
+		}
+		if len(failed) > 0 {
+			m.DMBulk = &bulkModel{
+				FormID: "bulk-dms", Noun: "failed Telegram calls", Total: s.failedDMCount(r, len(failed)),
+				Fields:  []formField{{"back", m.Self}},
+				Actions: []bulkAction{{Label: "Send again", Action: "/admin/bot/dms/redrive", Testid: "redrive"}},
+			}
 		}
 	}
 	s.render(w, r, botPage(p, m))
@@ -439,6 +499,116 @@ func (s *Server) botRedrive(w http.ResponseWriter, r *http.Request) {
 	s.done(w, r, back, true, "Event "+strconv.FormatInt(id, 10)+" redriven: it is pending again.")
 }
 
+// botRedriveDead redrives dead-lettered events in bulk: the chosen ones
+// (id=…), or every one matching the list's filters (scope=all), after a
+// confirmation that states how many.
+func (s *Server) botRedriveDead(w http.ResponseWriter, r *http.Request) {
+	if !s.parseForm(w, r, "/admin/bot?state=dead") {
+		return
+	}
+	back := backTo(r, "/admin/bot?state=dead")
+	if s.opts.Outbox == nil {
+		s.done(w, r, back, false, "The bot outbox is not wired in this process.")
+		return
+	}
+	chosen, all, ok := bulkScope(r)
+	if !ok {
+		s.done(w, r, back, false, "No event was chosen.")
+		return
+	}
+	f := parseEventQuery(r.PostForm)
+	f.State = backend.StateDead
+	ef, match := f.eventFilter(0)
+	var ids []contract.EventID
+	var question string
+	if all {
+		n := int64(0)
+		if match {
+			var err error
+			if n, err = s.opts.Outbox.CountEvents(r.Context(), ef, 0); err != nil {
+				s.failed(w, r, "bot", err)
+				return
+			}
+		}
+		if n == 0 {
+			s.done(w, r, back, false, "No dead-lettered event matches.")
+			return
+		}
+		question = "Redrive all " + count(n) + " dead-lettered events matching the list's filters? They become pending again at once, attempts reset to 0."
+	} else {
+		for _, c := range chosen {
+			if id := int64Key(c); id > 0 {
+				ids = append(ids, contract.EventID(id))
+			}
+		}
+		if len(ids) == 0 {
+			s.done(w, r, back, false, "No event was chosen.")
+			return
+		}
+		question = "Redrive the " + countInt(len(ids)) + " chosen dead-lettered events? They become pending again at once, attempts reset to 0."
+		ef, match = backend.EventFilter{}, true
+	}
+	if !s.confirmed(w, r, "bot", question, "Redrive", back) {
+		return
+	}
+	n := int64(0)
+	if match {
+		var err error
+		if n, err = s.opts.Outbox.RedriveDead(r.Context(), ef, ids); err != nil {
+			var invalid *contract.InvalidError
+			s.actionFailed(w, r, back, err, errors.As(err, &invalid))
+			return
+		}
+	}
+	s.done(w, r, back, n > 0, count(n)+" dead-lettered events redriven: they are pending again.")
+}
+
+// failedDMCount is how many DMs failed: the dead letters of the DM queue,
+// from the queues' statistics, or the shown ones when those are not wired.
+func (s *Server) failedDMCount(r *http.Request, shown int) int64 {
+	if st, ok := s.queueStats(r); ok {
+		for _, q := range st.Queues {
+			if q.Name == onboarding.DMQueue {
+				return q.Dead
+			}
+		}
+	}
+	return int64(shown)
+}
+
+// botRedriveDMs sends failed DMs again in bulk: the chosen ones, or all of
+// them, after a confirmation that states how many.
+func (s *Server) botRedriveDMs(w http.ResponseWriter, r *http.Request) {
+	if !s.parseForm(w, r, "/admin/bot") {
+		return
+	}
+	back := backTo(r, "/admin/bot")
+	if s.opts.Onboarding == nil {
+		s.done(w, r, back, false, "The onboarding bot is not wired in this process.")
+		return
+	}
+	chosen, all, ok := bulkScope(r)
+	if !ok {
+		s.done(w, r, back, false, "No Telegram call was chosen.")
+		return
+	}
+	question := "Send the " + countInt(len(chosen)) + " chosen failed Telegram calls again? Each user's unreachable mark is cleared."
+	if all {
+		chosen = nil
+		n := s.failedDMCount(r, 0)
+		question = "Send all " + count(n) + " failed Telegram calls again (at most 1,000 at once)? Each user's unreachable mark is cleared."
+	}
+	if !s.confirmed(w, r, "bot", question, "Send again", back) {
+		return
+	}
+	n, err := s.opts.Onboarding.RedriveDMs(r.Context(), chosen)
+	if err != nil {
+		s.actionFailed(w, r, back, err, false)
+		return
+	}
+	s.done(w, r, back, n > 0, count(n)+" failed Telegram calls sent again: they are queued.")
+}
+
 func (s *Server) botDMRedrive(w http.ResponseWriter, r *http.Request) {
 	id := mux.Vars(r)["id"]
 	if !s.parseForm(w, r, "/admin/bot") {
@@ -465,7 +635,17 @@ type funnelModel struct {
 	Stages []stageRow
 	Stage  int
 	Title  string
+	Search string
 	Users  []funnelRow
+	Pager  pager
+}
+
+// keep are the filters the funnel's search keeps.
+func (m funnelModel) keep() []formField {
+	if m.Stage == 0 {
+		return nil
+	}
+	return []formField{{"stage", strconv.Itoa(m.Stage)}}
 }
 
 type funnelRow struct {
@@ -517,9 +697,32 @@ func (s *Server) botFunnel(w http.ResponseWriter, r *http.Request) {
 		m.Stage = st
 		m.Title = onboarding.Stage(st).String() + " — " + onboarding.Stage(st).Title()
 	}
+	m.Search = searchTerm(r)
 	if m.Wired {
-		list, err := s.opts.Onboarding.ListFunnels(ctx, onboarding.FunnelFilter{Stage: onboarding.Stage(m.Stage), Limit: 100})
+		win := windowOf(r)
+		f := onboarding.FunnelFilter{Stage: onboarding.Stage(m.Stage), Search: m.Search, Before: win.Before, After: win.After, Limit: perPage + 1}
+		list, err := s.opts.Onboarding.ListFunnels(ctx, f)
+		var invalid *contract.InvalidError
+		if errors.As(err, &invalid) {
+			s.problem(w, r, http.StatusBadRequest, "bot", "That is no place in the funnel: "+err.Error())
+			return
+		}
 		if err != nil {
+			s.failed(w, r, "bot", err)
+			return
+		}
+		list, newer, older := fitWindow(list, perPage, win)
+		var first, last string
+		if len(list) > 0 {
+			first, last = list[0].Key(), list[len(list)-1].Key()
+		}
+		m.Pager = newPager(listBase(r), len(list), newer, older, first, last, "Telegram users")
+		count := func(ctx context.Context, w window, _ int64) (int64, error) {
+			cf := f
+			cf.Before, cf.After = w.Before, w.After
+			return s.opts.Onboarding.CountFunnels(ctx, cf)
+		}
+		if err := m.Pager.place(ctx, count, win, first, last, false); err != nil {
 			s.failed(w, r, "bot", err)
 			return
 		}
@@ -595,7 +798,7 @@ func (s *Server) botUser(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Outbox != nil {
 		seen := map[contract.EventID]bool{}
 		for _, u := range users {
-			events, _, err := s.listEvents(ctx, eventQuery{User: u}, eventsPerPage)
+			events, _, err := s.listEvents(ctx, eventQuery{User: u}, window{}, eventsPerPage, url.URL{Path: "/admin/bot"})
 			if err != nil {
 				s.failed(w, r, "bot", err)
 				return

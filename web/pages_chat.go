@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,8 @@ import (
 // chatOps is what the console needs of the chat platform (*omni.Admin).
 type chatOps interface {
 	ListThreads(ctx context.Context, f omni.ThreadFilter) ([]omni.Thread, error)
+	CountThreads(ctx context.Context, f omni.ThreadFilter, upTo int64) (int64, error)
+	CountMessages(ctx context.Context, thread omni.ThreadID, f omni.MessageFilter) (int64, error)
 	Thread(ctx context.Context, id omni.ThreadID) (omni.Thread, error)
 	ThreadDigests(ctx context.Context, ids []omni.ThreadID) (map[omni.ThreadID]omni.ThreadDigest, error)
 	Counts(ctx context.Context) (omni.Counts, error)
@@ -88,8 +91,18 @@ func toThreadRow(t omni.Thread, d omni.ThreadDigest, now time.Time) threadRow {
 type inboxModel struct {
 	Wired   bool
 	State   string
+	Search  string
 	Tabs    []stateTab
 	Threads []threadRow
+	Pager   pager
+}
+
+// searchKeep are the filters the inbox's search keeps.
+func (m inboxModel) searchKeep() []formField {
+	if m.State == "" {
+		return nil
+	}
+	return []formField{{"state", m.State}}
 }
 
 func (s *Server) threadRows(ctx context.Context, threads []omni.Thread) ([]threadRow, error) {
@@ -111,14 +124,21 @@ func (s *Server) threadRows(ctx context.Context, threads []omni.Thread) ([]threa
 
 func (s *Server) chatInbox(w http.ResponseWriter, r *http.Request) {
 	p := s.newPage(w, r, "Chat", "chat")
-	m := inboxModel{Wired: s.opts.Chat != nil, State: r.URL.Query().Get("state")}
+	m := inboxModel{Wired: s.opts.Chat != nil, State: r.URL.Query().Get("state"), Search: searchTerm(r)}
 	if m.State != string(omni.ThreadOpen) && m.State != string(omni.ThreadClosed) {
 		m.State = ""
 	}
 	for _, t := range []struct{ state, label string }{{"", "All"}, {"open", "Open"}, {"closed", "Closed"}} {
-		href := "/admin/chat"
+		v := url.Values{}
 		if t.state != "" {
-			href += "?state=" + t.state
+			v.Set("state", t.state)
+		}
+		if m.Search != "" {
+			v.Set("q", m.Search)
+		}
+		href := "/admin/chat"
+		if len(v) > 0 {
+			href += "?" + v.Encode()
 		}
 		testid := "tab-" + t.state
 		if t.state == "" {
@@ -127,12 +147,34 @@ func (s *Server) chatInbox(w http.ResponseWriter, r *http.Request) {
 		m.Tabs = append(m.Tabs, stateTab{Label: t.label, Href: href, Active: m.State == t.state, Testid: testid})
 	}
 	if m.Wired {
-		threads, err := s.opts.Chat.ListThreads(r.Context(), omni.ThreadFilter{State: omni.ThreadState(m.State), Limit: 200})
+		ctx := r.Context()
+		win := windowOf(r)
+		f := omni.ThreadFilter{State: omni.ThreadState(m.State), Search: m.Search, Before: win.Before, After: win.After, Limit: perPage + 1}
+		threads, err := s.opts.Chat.ListThreads(ctx, f)
+		if errors.Is(err, omni.ErrInvalidFilter) {
+			s.problem(w, r, http.StatusBadRequest, "chat", "That is no place in the inbox: "+err.Error())
+			return
+		}
 		if err != nil {
 			s.failed(w, r, "chat", err)
 			return
 		}
-		if m.Threads, err = s.threadRows(r.Context(), threads); err != nil {
+		threads, newer, older := fitWindow(threads, perPage, win)
+		var first, last string
+		if len(threads) > 0 {
+			first, last = threads[0].Key(), threads[len(threads)-1].Key()
+		}
+		m.Pager = newPager(listBase(r), len(threads), newer, older, first, last, "threads")
+		count := func(ctx context.Context, w window, upTo int64) (int64, error) {
+			cf := f
+			cf.Before, cf.After = w.Before, w.After
+			return s.opts.Chat.CountThreads(ctx, cf, upTo)
+		}
+		if err := m.Pager.place(ctx, count, win, first, last, f.SearchReadsRows()); err != nil {
+			s.failed(w, r, "chat", err)
+			return
+		}
+		if m.Threads, err = s.threadRows(ctx, threads); err != nil {
 			s.failed(w, r, "chat", err)
 			return
 		}
@@ -188,6 +230,8 @@ type threadModel struct {
 	MaxRunes int
 	Draft    string
 	Self     string
+	// Pager pages the thread from its latest message back.
+	Pager pager
 }
 
 func (s *Server) chatThread(w http.ResponseWriter, r *http.Request) {
@@ -196,7 +240,7 @@ func (s *Server) chatThread(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, http.StatusNotFound, "chat", "There is no such thread.")
 		return
 	}
-	m, err := s.threadModel(r.Context(), omni.ThreadID(id))
+	m, err := s.threadModel(r.Context(), omni.ThreadID(id), windowOf(r), listBase(r))
 	if errors.Is(err, omni.ErrThreadNotFound) {
 		s.problem(w, r, http.StatusNotFound, "chat", "There is no thread "+strconv.FormatInt(id, 10)+".")
 		return
@@ -208,15 +252,34 @@ func (s *Server) chatThread(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, threadPage(s.newPage(w, r, m.Thread.Contact, "chat"), m))
 }
 
-func (s *Server) threadModel(ctx context.Context, id omni.ThreadID) (threadModel, error) {
+// threadModel is a thread's page: the window of its messages w asks for,
+// the latest first in the list's order and shown oldest first, as a chat
+// reads.
+func (s *Server) threadModel(ctx context.Context, id omni.ThreadID, w window, base url.URL) (threadModel, error) {
 	m := threadModel{MaxRunes: omni.MaxReplyRunes, Self: "/admin/chat/threads/" + strconv.FormatInt(int64(id), 10)}
-	msgs, err := s.opts.Chat.ListMessages(ctx, id, omni.MessageFilter{Limit: 1000})
+	f := omni.MessageFilter{Newest: true, BeforeSeq: int64Key(w.Before), Limit: perPage + 1}
+	if w.Newer() {
+		f = omni.MessageFilter{AfterSeq: int64Key(w.After), Limit: perPage + 1}
+	}
+	msgs, err := s.opts.Chat.ListMessages(ctx, id, f)
 	if err != nil {
 		return m, err
 	}
+	msgs, newer, older := fitWindow(msgs, perPage, w)
+	var first, last string
+	if len(msgs) > 0 {
+		first, last = strconv.FormatInt(msgs[0].Seq, 10), strconv.FormatInt(msgs[len(msgs)-1].Seq, 10)
+	}
+	m.Pager = newPager(base, len(msgs), newer, older, first, last, "messages")
+	count := func(ctx context.Context, w window, _ int64) (int64, error) {
+		return s.opts.Chat.CountMessages(ctx, id, omni.MessageFilter{BeforeSeq: int64Key(w.Before), AfterSeq: int64Key(w.After)})
+	}
+	if err := m.Pager.place(ctx, count, w, first, last, false); err != nil {
+		return m, err
+	}
 	now := s.opts.DB.Now()
-	for _, msg := range msgs {
-		m.Messages = append(m.Messages, toMessageRow(msg, now))
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m.Messages = append(m.Messages, toMessageRow(msgs[i], now))
 	}
 	t, err := s.opts.Chat.Thread(ctx, id)
 	switch {

@@ -21,6 +21,9 @@ type referralOps interface {
 	CreateLink(ctx context.Context, nl referral.NewLink) (referral.Link, error)
 	DeleteLink(ctx context.Context, id referral.LinkID) error
 	ListLinks(ctx context.Context, f referral.LinkFilter) ([]referral.Link, error)
+	CountLinks(ctx context.Context, f referral.LinkFilter, upTo int64) (int64, error)
+	DeleteLinks(ctx context.Context, f referral.LinkFilter, ids []referral.LinkID) (int64, error)
+	CountReplicas(ctx context.Context, f referral.ReplicaFilter, upTo int64) (int64, error)
 	Replica(ctx context.Context, id referral.UserID) (referral.Replica, error)
 	ListBonds(ctx context.Context, f referral.BondFilter) ([]referral.Bond, error)
 	ListRegistrations(ctx context.Context, f referral.RegistrationFilter) ([]referral.Registration, error)
@@ -95,6 +98,9 @@ type referralModel struct {
 	Replicas    []replicaRow
 	Bonds       int64
 	Form        linkForm
+	// LinkCount and ReplicaCount are how many there are: the page shows
+	// the newest of each, and their own pages all of them.
+	LinkCount, ReplicaCount int64
 }
 
 func (s *Server) referralModel(r *http.Request) (referralModel, error) {
@@ -124,14 +130,20 @@ func (s *Server) referralModel(r *http.Request) (referralModel, error) {
 	if m.Bonds, err = s.opts.Referral.CountBonds(ctx); err != nil {
 		return m, err
 	}
-	links, err := s.opts.Referral.ListLinks(ctx, referral.LinkFilter{IncludeDeleted: m.ShowDeleted, Limit: 100})
+	links, err := s.opts.Referral.ListLinks(ctx, referral.LinkFilter{IncludeDeleted: m.ShowDeleted, Limit: 20})
 	if err != nil {
+		return m, err
+	}
+	if m.LinkCount, err = s.opts.Referral.CountLinks(ctx, referral.LinkFilter{IncludeDeleted: m.ShowDeleted}, 0); err != nil {
+		return m, err
+	}
+	if m.ReplicaCount, err = s.opts.Referral.CountReplicas(ctx, referral.ReplicaFilter{}, 0); err != nil {
 		return m, err
 	}
 	for _, l := range links {
 		m.Links = append(m.Links, toLinkRow(l))
 	}
-	replicas, err := s.opts.Referral.ListReplicas(ctx, referral.ReplicaFilter{Limit: 20})
+	replicas, err := s.opts.Referral.ListReplicas(ctx, referral.ReplicaFilter{Limit: 10})
 	if err != nil {
 		return m, err
 	}
@@ -207,6 +219,183 @@ func (s *Server) referralDeleteLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.done(w, r, back, true, "Deleted "+what+".")
+}
+
+// linksModel is the page of every referral link, in windows.
+type linksModel struct {
+	Wired       bool
+	Search      string
+	ShowDeleted bool
+	Links       []linkRow
+	Pager       pager
+	Bulk        bulkModel
+	Self        string
+}
+
+// keep are the filters the links' search form keeps.
+func (m linksModel) keep() []formField {
+	if m.ShowDeleted {
+		return []formField{{"deleted", "1"}}
+	}
+	return nil
+}
+
+// linkFilter is the links list's filter in q (a query string or a form).
+func linkFilter(q url.Values) referral.LinkFilter {
+	term := strings.TrimSpace(q.Get("q"))
+	if len(term) > maxKeyLen {
+		term = strings.ToValidUTF8(term[:maxKeyLen], "")
+	}
+	return referral.LinkFilter{Search: term, IncludeDeleted: q.Get("deleted") == "1"}
+}
+
+func (s *Server) referralLinks(w http.ResponseWriter, r *http.Request) {
+	p := s.newPage(w, r, "Referral links", "referral")
+	f := linkFilter(r.URL.Query())
+	m := linksModel{Wired: s.opts.Referral != nil, Search: f.Search, ShowDeleted: f.IncludeDeleted, Self: r.URL.RequestURI()}
+	if !m.Wired {
+		s.render(w, r, linksPage(p, m))
+		return
+	}
+	ctx := r.Context()
+	win := windowOf(r)
+	lf := f
+	lf.Before, lf.After, lf.Limit = win.Before, win.After, perPage+1
+	links, err := s.opts.Referral.ListLinks(ctx, lf)
+	if errors.Is(err, referral.ErrInvalidFilter) {
+		s.problem(w, r, http.StatusBadRequest, "referral", "That is no place in the list of links.")
+		return
+	}
+	if err != nil {
+		s.failed(w, r, "referral", err)
+		return
+	}
+	links, newer, older := fitWindow(links, perPage, win)
+	var first, last string
+	if len(links) > 0 {
+		first, last = links[0].Key(), links[len(links)-1].Key()
+	}
+	m.Pager = newPager(listBase(r), len(links), newer, older, first, last, "links")
+	count := func(ctx context.Context, w window, upTo int64) (int64, error) {
+		cf := f
+		cf.Before, cf.After = w.Before, w.After
+		return s.opts.Referral.CountLinks(ctx, cf, upTo)
+	}
+	if err := m.Pager.place(ctx, count, win, first, last, f.SearchReadsRows()); err != nil {
+		s.failed(w, r, "referral", err)
+		return
+	}
+	for _, l := range links {
+		m.Links = append(m.Links, toLinkRow(l))
+	}
+	m.Bulk = bulkModel{
+		FormID: "bulk-links", Noun: "links", Total: m.Pager.Total,
+		Fields:  append(m.keep(), formField{"back", m.Self}),
+		Actions: []bulkAction{{Label: "Delete", Action: "/admin/referral/links/delete", Testid: "delete"}},
+	}
+	if m.Search != "" {
+		m.Bulk.Fields = append(m.Bulk.Fields, formField{"q", m.Search})
+	}
+	if m.Pager.Capped || m.ShowDeleted {
+		m.Bulk.Total = 0 // "all N matching" needs N, of live links
+	}
+	s.render(w, r, linksPage(p, m))
+}
+
+// referralDeleteLinks deletes links in bulk: the chosen ones, or every
+// live one matching the list's search, after a confirmation that states
+// how many.
+func (s *Server) referralDeleteLinks(w http.ResponseWriter, r *http.Request) {
+	if !s.parseForm(w, r, "/admin/referral/links") {
+		return
+	}
+	back := backTo(r, "/admin/referral/links")
+	if s.opts.Referral == nil {
+		s.done(w, r, back, false, "The referral context is not wired in this process.")
+		return
+	}
+	chosen, all, ok := bulkScope(r)
+	if !ok {
+		s.done(w, r, back, false, "No link was chosen.")
+		return
+	}
+	f := linkFilter(r.PostForm)
+	f.IncludeDeleted = false
+	var ids []referral.LinkID
+	var question string
+	if all {
+		n, err := s.opts.Referral.CountLinks(r.Context(), f, 0)
+		if err != nil {
+			s.failed(w, r, "referral", err)
+			return
+		}
+		if n == 0 {
+			s.done(w, r, back, false, "No live link matches.")
+			return
+		}
+		question = "Delete all " + count(n) + " live links matching the list's search? Their slugs stop resolving at once; bonds made through them stay."
+	} else {
+		for _, id := range chosen {
+			ids = append(ids, referral.LinkID(id))
+		}
+		question = "Delete the " + countInt(len(ids)) + " chosen links? Their slugs stop resolving at once; bonds made through them stay."
+		f = referral.LinkFilter{}
+	}
+	if !s.confirmed(w, r, "referral", question, "Delete links", back) {
+		return
+	}
+	n, err := s.opts.Referral.DeleteLinks(r.Context(), f, ids)
+	if err != nil {
+		s.actionFailed(w, r, back, err, errors.Is(err, referral.ErrInvalidFilter))
+		return
+	}
+	s.done(w, r, back, n > 0, count(n)+" links deleted.")
+}
+
+// replicasModel is the page of every replica, in windows.
+type replicasModel struct {
+	Wired    bool
+	Search   string
+	Replicas []replicaRow
+	Pager    pager
+}
+
+func (s *Server) referralReplicas(w http.ResponseWriter, r *http.Request) {
+	p := s.newPage(w, r, "Replicas", "referral")
+	m := replicasModel{Wired: s.opts.Referral != nil, Search: searchTerm(r)}
+	if !m.Wired {
+		s.render(w, r, replicasPage(p, m))
+		return
+	}
+	ctx := r.Context()
+	win := windowOf(r)
+	f := referral.ReplicaFilter{Search: m.Search, Before: win.Before, After: win.After, Limit: perPage + 1}
+	reps, err := s.opts.Referral.ListReplicas(ctx, f)
+	if errors.Is(err, referral.ErrInvalidFilter) {
+		s.problem(w, r, http.StatusBadRequest, "referral", "That is no place in the list of replicas.")
+		return
+	}
+	if err != nil {
+		s.failed(w, r, "referral", err)
+		return
+	}
+	reps, newer, older := fitWindow(reps, perPage, win)
+	var first, last string
+	if len(reps) > 0 {
+		first, last = reps[0].Key(), reps[len(reps)-1].Key()
+	}
+	m.Pager = newPager(listBase(r), len(reps), newer, older, first, last, "replicas")
+	count := func(ctx context.Context, w window, upTo int64) (int64, error) {
+		return s.opts.Referral.CountReplicas(ctx, referral.ReplicaFilter{Search: m.Search, Before: w.Before, After: w.After}, upTo)
+	}
+	if err := m.Pager.place(ctx, count, win, first, last, f.SearchReadsRows()); err != nil {
+		s.failed(w, r, "referral", err)
+		return
+	}
+	for _, rep := range reps {
+		m.Replicas = append(m.Replicas, toReplicaRow(rep))
+	}
+	s.render(w, r, replicasPage(p, m))
 }
 
 func (s *Server) referralFindUser(w http.ResponseWriter, r *http.Request) {

@@ -79,7 +79,10 @@ func fitWindow[T any](rows []T, want int, w window) (shown []T, newer, older boo
 // links to the neighbouring windows and the first one. An empty link means
 // there is no such window.
 type pager struct {
-	Total  int64  // rows matching the list's filters; -1 when not counted
+	Total int64 // rows matching the list's filters; -1 when not counted
+	// Capped says Total is a bound: more than Total rows match ("10,000+"),
+	// when counting them all would read every row (a text search).
+	Capped bool
 	Shown  int    // rows in this window
 	Offset int64  // rows before this window in the list's order; -1 when unknown
 	Noun   string // what the rows are, plural: "dead letters"
@@ -144,6 +147,9 @@ func (p pager) Position() string {
 	}
 	if p.Total >= 0 {
 		b.WriteString(" of " + count(p.Total))
+		if p.Capped {
+			b.WriteString("+")
+		}
 	}
 	return b.String() + " " + p.Noun
 }

@@ -456,6 +456,14 @@ func (b *Service) handleListEvents(w http.ResponseWriter, r *http.Request) error
 		}
 		f.BeforeID = id
 	}
+	if s := q.Get("afterId"); s != "" {
+		id, err := parseEventID(s)
+		if err != nil {
+			return err
+		}
+		f.AfterID = id
+	}
+	f.Search = q.Get("q")
 	list, err := b.outbox.ListEvents(r.Context(), f)
 	if err != nil {
 		return err

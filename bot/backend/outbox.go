@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -710,58 +709,27 @@ type EventFilter struct {
 	// or both).
 	MagnetUID  contract.UID
 	TelegramID contract.TelegramID
-	Limit      int // clamped like the pending limit
-	BeforeID   contract.EventID
+	// Search keeps the events a term finds (SearchEvents says how).
+	Search string
+	Limit  int // clamped like the pending limit
+	// BeforeID keeps the events older than it (an older window); AfterID,
+	// the events newer than it, listed oldest first — nearest AfterID
+	// first — so that a newer window of Limit rows is the one next to it.
+	BeforeID contract.EventID
+	AfterID  contract.EventID
 }
 
 const recordColumns = `id, event_type, telegram_id, magnet_uid, payload, created_at, processed_at, attempts,
 	claimed_at, locked_until, last_error, last_attempt_at, next_retry_at, dead_lettered_at, traceparent`
 
-var stateWhere = map[EventState]string{
-	stateUnfiltered: `1 = 1`,
-	StatePending:    `processed_at is null and dead_lettered_at is null and attempts = 0`,
-	StateRetrying:   `processed_at is null and dead_lettered_at is null and attempts > 0`,
-	StateProcessed:  `processed_at is not null`,
-	StateDead:       `processed_at is null and dead_lettered_at is not null`,
-}
-
-// The filters' conditions beyond the state. Each is constant text; the
-// values are bound. Migration 00012 indexes each with the id, so a filtered
-// page reads only its own rows.
-const (
-	typeWhere       = ` and event_type = ?`
-	uidWhere        = ` and magnet_uid = ?`
-	telegramIDWhere = ` and telegram_id = ?`
-	eitherUserWhere = ` and (magnet_uid = ? or telegram_id = ?)`
-)
-
-// ListEvents lists events for the operator.
+// ListEvents lists events for the operator: one window of the events of a
+// filter, in id order (events.go).
 func (o *Outbox) ListEvents(ctx context.Context, f EventFilter) ([]EventRecord, error) {
-	where, ok := stateWhere[f.State]
-	if !ok {
-		return nil, contract.Invalidf("state must be pending, retrying, processed or dead, not %q", f.State)
+	q, args, err := f.listSQL()
+	if err != nil {
+		return nil, err
 	}
-	var args []any
-	if f.Type != "" {
-		if !f.Type.Valid() {
-			return nil, contract.Invalidf("type must be one of %v, not %q", contract.EventTypes, f.Type)
-		}
-		where, args = where+typeWhere, append(args, string(f.Type))
-	}
-	switch {
-	case f.MagnetUID != 0 && f.TelegramID != "":
-		where, args = where+eitherUserWhere, append(args, int64(f.MagnetUID), string(f.TelegramID))
-	case f.MagnetUID != 0:
-		where, args = where+uidWhere, append(args, int64(f.MagnetUID))
-	case f.TelegramID != "":
-		where, args = where+telegramIDWhere, append(args, string(f.TelegramID))
-	}
-	before := int64(math.MaxInt64)
-	if f.BeforeID > 0 {
-		before = int64(f.BeforeID)
-	}
-	q := `select ` + recordColumns + ` from bot_event_outbox where ` + where + ` and id < ? order by id desc limit ?`
-	rows, err := o.db.Read.QueryContext(ctx, q, append(args, before, contract.ClampPendingLimit(f.Limit))...)
+	rows, err := o.db.Read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}

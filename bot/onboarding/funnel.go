@@ -334,18 +334,24 @@ type FunnelFilter struct {
 	Stage Stage
 	// LeftLeader keeps only users who registered under another leader.
 	LeftLeader bool
+	// Search keeps the users a term finds: a number is a Telegram id or a
+	// uid; other text finds no one.
+	Search string
+	// Before keeps the users after this key (Funnel.Key) in the list's
+	// order, changed last first: an older window. After keeps those before
+	// it, nearest the key first: a newer window.
+	Before, After string
 	// Limit caps the answer (default 100, at most 500).
 	Limit int
 }
 
-// ListFunnels lists funnels, most recently changed first.
+// ListFunnels lists a window of funnels, most recently changed first.
 func (o *Bot) ListFunnels(ctx context.Context, f FunnelFilter) ([]Funnel, error) {
-	q := `select ` + funnelColumns + ` from bot_funnel where (? = 0 or stage = ?)`
-	if f.LeftLeader {
-		q += ` and left_leader_at is not null`
+	q, args, err := f.listSQL()
+	if err != nil {
+		return nil, err
 	}
-	q += ` order by updated_at desc, telegram_id limit ?`
-	rows, err := o.db.Read.QueryContext(ctx, q, int(f.Stage), int(f.Stage), contract.ClampPendingLimit(f.Limit))
+	rows, err := o.db.Read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list funnels: %w", err)
 	}

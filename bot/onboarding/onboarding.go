@@ -392,7 +392,7 @@ type FunnelsResponse struct {
 
 func (o *Bot) handleListFunnels(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	f := FunnelFilter{LeftLeader: q.Get("leftLeader") == "true"}
+	f := FunnelFilter{LeftLeader: q.Get("leftLeader") == "true", Search: q.Get("q"), Before: q.Get("before"), After: q.Get("after")}
 	if s := q.Get("stage"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > int(StageNftActivated) {

@@ -737,3 +737,35 @@ func (d dm) view(st DMStatus, attempts int, lastErr, id string, at time.Time) DM
 	return DM{Key: d.Key, Cause: cause(d.Key), Method: d.Method, ChatID: d.ChatID, Text: text, Status: st,
 		Attempts: attempts, LastError: lastErr, MessageID: id, At: at, Traceparent: d.Traceparent}
 }
+
+// maxDMRedrive caps the failed DMs one RedriveDMs sends again.
+const maxDMRedrive = 1000
+
+// RedriveDMs is RedriveDM of each of ids, or, when ids is nil, of every
+// failed DM (up to maxDMRedrive, the oldest dead letters first). Each goes
+// through RedriveDM — its own transaction with the user's unreachable mark
+// and the queue's own redrive —, so a DM redriven meanwhile (not found
+// any more) is passed over. It returns how many it sent again.
+func (o *Bot) RedriveDMs(ctx context.Context, ids []string) (int64, error) {
+	if ids == nil {
+		letters, err := o.queues.ListDead(ctx, queue.DeadFilter{Queue: DMQueue, Limit: maxDMRedrive})
+		if err != nil {
+			return 0, fmt.Errorf("redrive DMs: %w", err)
+		}
+		for _, l := range letters {
+			ids = append(ids, l.ID)
+		}
+	}
+	var n int64
+	for _, id := range ids[:min(len(ids), maxDMRedrive)] {
+		err := o.RedriveDM(ctx, id)
+		if errors.Is(err, queue.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}

@@ -3,8 +3,9 @@
 // Live: htmx polls each page's live region every two seconds while
 // switchyardLive() says so. Live updates pause when the operator switches
 // them off (remembered in this browser), and while they read or act inside a
-// live region — an open disclosure (a payload, a confirmation) or a focused
-// field — so nothing changes under their hands.
+// live region — an open disclosure (a payload, a confirmation), a focused
+// field, or rows chosen for a bulk action — so nothing changes under their
+// hands.
 //
 // Theme: the header's switch is a POST form (it works without JavaScript);
 // here it sets the same cookie the server reads and switches in place.
@@ -27,7 +28,7 @@
     if (!on || document.hidden) {
       return false;
     }
-    if (document.querySelector(".live details[open]")) {
+    if (document.querySelector(".live details[open]") || document.querySelector(".live input[type=checkbox][form]:checked")) {
       return false;
     }
     var f = document.activeElement;
