@@ -71,7 +71,7 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 
 	get("/queues", s.queuesPage)
 	get("/queues/{queue}", s.queueDetail)
-	s.attemptRoutes(get) // before the POST routes: a route after them turns their 405 into a 404 (mux)
+	s.attemptRoutes(get)
 	post("/queues/{queue}/dead/redrive", s.queueRedrive)
 	post("/queues/{queue}/dead/purge", s.queuePurgeDead)
 	post("/queues/{queue}/pause", s.queuePause) // a topic's group, if any, in the form

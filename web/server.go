@@ -148,9 +148,13 @@ func New(opts Options) *Server {
 
 	r := mux.NewRouter()
 	r.Use(captureRoute)
-	r.NotFoundHandler = s.consoleOr(httpjson.NotFoundHandler, nil)
-	r.MethodNotAllowedHandler = s.consoleOr(httpjson.MethodNotAllowed(func(req *http.Request) []string { return allowedMethods(r, req) }),
-		func(req *http.Request) []string { return allowedMethods(r, req) })
+	// mux answers "not found" for a console path that matches a route by
+	// path alone when a later route of the console's subrouter does not
+	// match at all (gorilla/mux 1.8.1), so the console's 404 looks for the
+	// path's methods itself and answers 405 when it has some.
+	methods := func(req *http.Request) []string { return allowedMethods(r, req) }
+	r.NotFoundHandler = s.consoleOr(httpjson.NotFoundHandler, methods)
+	r.MethodNotAllowedHandler = s.consoleOr(httpjson.MethodNotAllowed(methods), methods)
 
 	r.Handle("/healthz", httpjson.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", httpjson.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
@@ -205,15 +209,15 @@ func New(opts Options) *Server {
 // consoleOr answers a console address (under /admin, not /admin/api) that
 // no route takes with an HTML page in the layout, behind the session like
 // every console page — a mistyped console URL is a page, not JSON — and any
-// other address with api's JSON error. allowed is nil for a 404; for a 405
-// it lists the methods the address takes (the Allow header).
+// other address with api's JSON error. allowed lists the methods an address
+// takes: none is a 404, some a 405 with them in its Allow header.
 func (s *Server) consoleOr(api http.Handler, allowed func(*http.Request) []string) http.Handler {
 	page := s.auth.requireSession(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if allowed == nil {
+		methods := allowed(r)
+		if len(methods) == 0 {
 			s.problem(w, r, http.StatusNotFound, "", "There is no console page at "+r.URL.Path+".")
 			return
 		}
-		methods := allowed(r)
 		w.Header().Set("Allow", strings.Join(methods, ", "))
 		s.problem(w, r, http.StatusMethodNotAllowed, "",
 			"This address takes "+strings.Join(methods, " or ")+" requests, not "+r.Method+".")
