@@ -128,6 +128,8 @@ func a11yPages(s a11ySeed) []a11yPage {
 		{"bot-user", "/admin/bot/users/{tg:[0-9]+}", "/admin/bot/users/" + s.telegramID, "", false},
 		{"referral", "/admin/referral", "/admin/referral", "link-table", true},
 		{"referral-user", "/admin/referral/users/{id}", "/admin/referral/users/" + s.referred, "referrer", true},
+		{"referral-links", "/admin/referral/links", "/admin/referral/links", "link-table", true},
+		{"referral-replicas", "/admin/referral/replicas", "/admin/referral/replicas", "replica-table", true},
 		{"referral-find-user", "/admin/referral/users", "/admin/referral/users?id=" + s.owner, "", false},
 		{"chat-inbox", "/admin/chat", "/admin/chat", "inbox", true},
 		{"chat-thread", "/admin/chat/threads/{id:[0-9]+}", fmt.Sprint("/admin/chat/threads/", s.threadID), "messages", true},

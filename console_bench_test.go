@@ -19,6 +19,8 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/PuerkitoBio/goquery"
+
 	"switchyard/bot/backend"
 	"switchyard/bot/contract"
 	"switchyard/omni/omnitest"
@@ -67,6 +69,8 @@ func consolePages(s atSizeSeed) []consolePage {
 		{"/admin/bot/funnel", "/admin/bot/funnel"},
 		{"/admin/bot/users/{tg:[0-9]+}", "/admin/bot/users/" + s.telegramID},
 		{"/admin/referral", "/admin/referral"},
+		{"/admin/referral/links", "/admin/referral/links"},
+		{"/admin/referral/replicas", "/admin/referral/replicas"},
 		{"/admin/referral/users", "/admin/referral/users?id=11111111-1111-4111-8111-111111111111"},
 		{"/admin/referral/users/{id}", "/admin/referral/users/11111111-1111-4111-8111-111111111111"},
 		{"/admin/chat", "/admin/chat"},
@@ -77,6 +81,9 @@ func consolePages(s atSizeSeed) []consolePage {
 		{"/admin/traces/{id}", "/admin/traces/4bf92f3577b34da6a3ce929d0e0e4736"},
 		{"/admin/queues", "/admin/queues"},
 		{"/admin/queues/{queue}", "/admin/queues/" + atSizeDeadQueue},
+		{"/admin/queues/{queue}", s.deadOlder},
+		{"/admin/queues/{queue}", s.deadLast},
+		{"/admin/queues/{queue}/dead/{id}", s.deadPage},
 		{"/admin/sandbox", "/admin/sandbox"},
 	}
 }
@@ -90,6 +97,9 @@ const atSizeDeadQueue = "bench.failing"
 // atSizeSeed is what the pages' URLs need of the seeded database.
 type atSizeSeed struct {
 	middleEvent, middleThread, telegramID string
+	// The queue page's links: its second window, its last window, and the
+	// newest dead letter's page (the ids are the seed's, read back).
+	deadOlder, deadLast, deadPage string
 }
 
 func BenchmarkConsoleAtSize(b *testing.B) {
@@ -133,6 +143,7 @@ func BenchmarkConsoleAtSize(b *testing.B) {
 	}
 	b.Cleanup(a.close)
 	cookie := atSizeLogin(b, a.handler, sec.AdminToken)
+	seed.deadOlder, seed.deadLast, seed.deadPage = atSizeQueueLinks(b, a.handler, cookie)
 
 	pages := consolePages(seed)
 	checkEveryConsolePage(b, a.handler, pages)
@@ -177,6 +188,28 @@ func BenchmarkConsoleAtSize(b *testing.B) {
 			})
 		}
 	}
+}
+
+// atSizeQueueLinks reads the seeded queue's page for the addresses of its
+// second and last windows of dead letters and of its newest dead letter.
+func atSizeQueueLinks(b *testing.B, h http.Handler, cookie *http.Cookie) (older, last, dead string) {
+	b.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/admin/queues/"+atSizeDeadQueue, nil)
+	req.AddCookie(cookie)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	doc, err := goquery.NewDocumentFromReader(rec.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	href := func(testid string) string {
+		v, ok := doc.Find(`[data-testid="` + testid + `"]`).First().Attr("href")
+		if !ok {
+			b.Fatalf("the queue page has no %s link", testid)
+		}
+		return v
+	}
+	return href("dead-pager-older"), href("dead-pager-last"), href("dead-link")
 }
 
 // percentile is the p-th percentile of took (nearest rank).
