@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -433,6 +434,33 @@ func TestKeyboardShortcutsInBrowser(t *testing.T) {
 		browse(t, ctx, "press Enter", chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(css("event-payload")))
 		if got := inPage[string](t, ctx, `location.pathname`); got != fmt.Sprint("/admin/bot/events/", ids[2]) {
 			t.Errorf("Enter opened %s", got)
+		}
+	})
+
+	t.Run("a chart is one tab stop whose arrow keys move through its bars", func(t *testing.T) {
+		browse(t, ctx, "open the overview", chromedp.Navigate(app.base+"/admin"), chromedp.WaitVisible(css("chart-bot")))
+		stops := `[...document.querySelectorAll('[data-testid="chart-bot"] .bar-g[tabindex="0"]')].map(b => b.dataset.testid).join()`
+		last := inPage[string](t, ctx, `[...document.querySelectorAll('[data-testid="chart-bot"] .bar-g')].pop().dataset.testid`)
+		if got := inPage[string](t, ctx, stops); got != last {
+			t.Fatalf("the chart's tab stops are %q, want its newest bar %q alone", got, last)
+		}
+		focused := `document.activeElement?.dataset?.testid ?? ""`
+		browse(t, ctx, "focus the newest bar and press ←",
+			chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-testid="chart-bot"] .bar-g[tabindex="0"]').focus()`),
+			chromedp.KeyEvent(kb.ArrowLeft))
+		n, _ := strconv.Atoi(strings.TrimPrefix(last, "bar-"))
+		if got, want := inPage[string](t, ctx, focused), fmt.Sprint("bar-", n-1); got != want {
+			t.Fatalf("after ← the focus is on %q, want %q", got, want)
+		}
+		if got, want := inPage[string](t, ctx, stops), fmt.Sprint("bar-", n-1); got != want {
+			t.Errorf("after ← the tab stop is %q, want it to move with the focus to %q", got, want)
+		}
+		browse(t, ctx, "press Home", chromedp.KeyEvent(kb.Home))
+		if got := inPage[string](t, ctx, focused); got != "bar-0" {
+			t.Errorf("after Home the focus is on %q, want bar-0", got)
+		}
+		if !inPage[bool](t, ctx, `getComputedStyle(document.activeElement.querySelector(".tip")).visibility === "visible"`) {
+			t.Error("the focused bar does not show its value")
 		}
 	})
 }

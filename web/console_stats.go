@@ -169,6 +169,15 @@ func (c chartModel) Summary() string {
 	return s
 }
 
+// rovingTabIndex is a chart bar's tabindex: the newest bar is the chart's
+// one stop in the tab order, the others are reached with the arrow keys.
+func rovingTabIndex(newest bool) string {
+	if newest {
+		return "0"
+	}
+	return "-1"
+}
+
 // PeakText is "peak 176/min", or "peak 12/min in, 10/min out".
 func (c chartModel) PeakText() string {
 	s := "peak"

@@ -162,7 +162,7 @@ func (b *Service) handleAck(w http.ResponseWriter, r *http.Request) error {
 	if err := httpjson.Decode(r, &req); err != nil {
 		return err
 	}
-	res, err := b.outbox.AckBy(r.Context(), req, r.Header.Get(InstanceHeader))
+	res, err := b.outbox.AckBy(r.Context(), req, r.Header.Get(contract.InstanceHeader))
 	if err != nil {
 		return err
 	}

@@ -95,11 +95,6 @@ func (o *Outbox) EventAttempts(ctx context.Context, id contract.EventID) ([]Even
 	return out, nil
 }
 
-// InstanceHeader is the request header a consumer names itself by in the
-// attempt history of the events it acknowledges (optional, beyond the
-// contract).
-const InstanceHeader = "X-Switchyard-Instance"
-
 // consumerInstance is the instance an ack's attempts are recorded under:
 // the header's value when it is a short printable name, else this process.
 func consumerInstance(header string) string {

@@ -38,7 +38,7 @@ func (e *backendEnv) ackAs(t testing.TB, instance string, req contract.AckReques
 	}
 	r.Header.Set("Authorization", "Bearer "+backendTestSecret)
 	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set(InstanceHeader, instance)
+	r.Header.Set(contract.InstanceHeader, instance)
 	resp, err := e.srv.Client().Do(r)
 	if err != nil {
 		t.Fatal(err)

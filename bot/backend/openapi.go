@@ -364,7 +364,11 @@ func OpenAPI() OpenAPIDocument {
 				responses(ok("A page of events.", "PendingResponse"), http.StatusBadRequest))},
 			"/bot/events/ack": {"post": op("ackEvents",
 				"Mark events processed, or retry them with backoff (dead-letter or close after 10 attempts)",
-				nil, jsonBody(ref("AckRequest")),
+				[]OpenAPIParameter{{Name: contract.InstanceHeader, In: "header", Description: "Optional, beyond the " +
+					"contract: the consumer's name (hostname:pid, up to 128 printable characters) in the events' " +
+					"attempt history; absent or unusable, the backend names itself.",
+					Schema: schema{"type": "string", "maxLength": 128}}},
+				jsonBody(ref("AckRequest")),
 				responses(ok("What the ack changed.", "AckResult"), body...))},
 			"/bot/leader/resolve": {"get": op("resolveLeader",
 				"Resolve a referral code (users.link) to its user",

@@ -170,3 +170,9 @@ func ParseLimit(r *http.Request) (int, error) {
 	}
 	return ClampPendingLimit(n), nil
 }
+
+// InstanceHeader is the request header a consumer of the outbox names
+// itself by (hostname:pid) in the attempt history of the events it
+// acknowledges. It is optional and beyond the contract: a backend that does
+// not know it ignores it.
+const InstanceHeader = "X-Switchyard-Instance"

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"switchyard/bot/contract"
+	"switchyard/queue"
 	"switchyard/telemetry"
 )
 
@@ -120,6 +121,7 @@ func (c *BackendClient) do(ctx context.Context, call backendCall, path string, q
 	}
 	req.Header.Set("Authorization", "Bearer "+c.secret)
 	req.Header.Set("Accept", "application/json")
+	req.Header.Set(contract.InstanceHeader, queue.Instance())
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

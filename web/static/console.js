@@ -12,7 +12,8 @@
 //
 // Keyboard: "/" focuses the search box, "j" and "k" select the next and
 // previous row of the page's lists, Enter opens the selected row's link and
-// "?" lists the keys. None of them act while the operator types in a field.
+// "?" lists the keys; in a chart the arrow keys, Home and End move through
+// its bars. None of them act while the operator types in a field.
 (function () {
   "use strict";
   var KEY = "switchyard.live";
@@ -118,8 +119,33 @@
     return el && (el.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(el.tagName));
   }
 
+  // chartKey moves the focus through a chart's bars (a roving tab stop: the
+  // newest bar is the chart's one stop in the tab order) with the arrow
+  // keys, Home and End. It reports whether it took the key.
+  function chartKey(ev) {
+    var bar = ev.target.closest && ev.target.closest(".chart .bar-g");
+    if (!bar) {
+      return false;
+    }
+    var bars = Array.prototype.slice.call(bar.parentNode.querySelectorAll(".bar-g"));
+    var i = bars.indexOf(bar);
+    var to = { ArrowLeft: i - 1, ArrowRight: i + 1, Home: 0, End: bars.length - 1 }[ev.key];
+    if (to === undefined) {
+      return false;
+    }
+    ev.preventDefault();
+    var next = bars[Math.max(0, Math.min(to, bars.length - 1))];
+    bar.setAttribute("tabindex", "-1");
+    next.setAttribute("tabindex", "0");
+    next.focus();
+    return true;
+  }
+
   function onKey(ev) {
     if (ev.defaultPrevented || ev.ctrlKey || ev.metaKey || ev.altKey || typing(ev.target)) {
+      return;
+    }
+    if (chartKey(ev)) {
       return;
     }
     var dialog = document.getElementById("keys-dialog");
