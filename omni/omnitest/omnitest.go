@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,7 +64,13 @@ func Thread(tb testing.TB, db *store.DB, msgs ...Message) omni.ThreadID {
 				return err
 			}
 		}
-		return nil
+		if len(msgs) == 0 {
+			return nil
+		}
+		// A thread is listed from its first message on, as omni keeps it.
+		last := slices.MaxFunc(msgs, func(a, b Message) int { return a.At.Compare(b.At) }).At
+		_, err = tx.ExecContext(ctx, `update omni_threads set last_message_at = ? where id = ?`, store.TS(last), int64(thread))
+		return err
 	})
 	if err != nil {
 		tb.Fatalf("seed a thread of %d messages: %v", len(msgs), err)
