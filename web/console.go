@@ -248,7 +248,11 @@ func (s *Server) confirmed(w http.ResponseWriter, r *http.Request, active, quest
 		}
 	}
 	sortFields(m.Fields)
-	s.render(w, r, confirmPage(s.newPage(w, r, "Confirm", active), m))
+	p := s.newPage(w, r, "Confirm", active)
+	// The page answers a POST: the theme switch leads back to where Cancel
+	// does, an address that takes a GET.
+	p.Self = m.Back
+	s.render(w, r, confirmPage(p, m))
 	return false
 }
 

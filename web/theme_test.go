@@ -3,8 +3,12 @@ package web_test
 import (
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
+	"github.com/PuerkitoBio/goquery"
+
+	"switchyard/queue"
 	"switchyard/store/storetest"
 	"switchyard/web"
 )
@@ -51,6 +55,23 @@ func TestThemeSwitch(t *testing.T) {
 		resp, _ := c.post(t, "/admin/theme", url.Values{"theme": {"dark"}, "next": {"https://evil.example/"}})
 		if loc := resp.Header.Get("Location"); loc != "/admin" {
 			t.Fatalf("next=https://evil.example/ led to %q", loc)
+		}
+	})
+
+	t.Run("on a confirmation page the switch leads back to where Cancel does, not to the POST-only action", func(t *testing.T) {
+		db := storetest.New(t)
+		c := newConsole(t, web.Options{DB: db, Queues: queue.NewAdmin(queue.AdminOpts{DB: db})})
+		_, body := c.post(t, "/admin/queues/some.queue/purge", url.Values{"back": {"/admin/queues/some.queue"}})
+		doc, err := goquery.NewDocumentFromReader(strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		form := doc.Find(`form[action="/admin/theme"]`)
+		if form.Length() == 0 {
+			t.Fatalf("no theme switch on the confirmation page:\n%.500s", body)
+		}
+		if next := form.First().Find(`input[name="next"]`).AttrOr("value", ""); next != "/admin/queues/some.queue" {
+			t.Fatalf("the switch leads to %q", next)
 		}
 	})
 }
