@@ -23,16 +23,24 @@ type Counts struct {
 	Failed int64
 }
 
+// The headline numbers read indexes only: the threads of a state from
+// omni_threads_state_last_message_idx, the unread messages from the
+// partial omni_threads_unread_idx (the threads that have some), the failed
+// messages from omni_messages_failed_idx.
 const (
-	openThreadsQuery    = `select count(*), coalesce(sum(unread), 0) from omni_threads where state = ?`
+	openThreadsQuery    = `select count(*) from omni_threads where state = ?`
+	unreadQuery         = `select coalesce(sum(unread), 0) from omni_threads where state = ? and unread > 0`
 	failedMessagesQuery = `select count(*) from omni_messages where status = ?`
 )
 
 // Counts returns the headline numbers.
 func (a *Admin) Counts(ctx context.Context) (Counts, error) {
 	var c Counts
-	if err := a.db.Read.QueryRowContext(ctx, openThreadsQuery, string(ThreadOpen)).Scan(&c.OpenThreads, &c.Unread); err != nil {
+	if err := a.db.Read.QueryRowContext(ctx, openThreadsQuery, string(ThreadOpen)).Scan(&c.OpenThreads); err != nil {
 		return c, fmt.Errorf("count threads: %w", err)
+	}
+	if err := a.db.Read.QueryRowContext(ctx, unreadQuery, string(ThreadOpen)).Scan(&c.Unread); err != nil {
+		return c, fmt.Errorf("count unread messages: %w", err)
 	}
 	if err := a.db.Read.QueryRowContext(ctx, failedMessagesQuery, string(StatusFailed)).Scan(&c.Failed); err != nil {
 		return c, fmt.Errorf("count failed messages: %w", err)
