@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -393,3 +394,58 @@ func TestEphemeralRefusals(t *testing.T) {
 	})
 }
 
+// docExample is the first sh block of docs/testing.md's section heading.
+func docExample(t *testing.T, heading string) string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("docs", "testing.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("docs/testing.md has no %q", heading)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, block, ok := strings.Cut(section, "\n```sh\n")
+	if !ok {
+		t.Fatalf("%q has no sh block", heading)
+	}
+	block, _, ok = strings.Cut(block, "\n```\n")
+	if !ok {
+		t.Fatalf("%q's sh block does not end", heading)
+	}
+	return block + "\n"
+}
+
+func TestTestingDocExample(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("docs/testing.md's example needs curl: install it")
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "example.sh")
+	if err := os.WriteFile(script, []byte(docExample(t, "## Starting Switchyard from a test")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second*testwait.Slack)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binary(t))+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+tmp)
+	// The script's own trap stops switchyard when it fails; a script cut
+	// short by the deadline leaves it to the process group's kill.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ok: event 1 emitted, pending, acknowledged") {
+		t.Fatalf("the example failed: %v\n%s", err, out)
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Fatalf("the example left %s in TMPDIR", left[0].Name())
+	}
+}
