@@ -212,6 +212,9 @@ func TestReadyFile(t *testing.T) {
 		if info.PID != p.cmd.Process.Pid {
 			t.Fatalf("pid %d, want %d", info.PID, p.cmd.Process.Pid)
 		}
+		if files, _ := os.ReadDir(filepath.Dir(ready)); len(files) != 1 {
+			t.Fatalf("the folder holds %d files, want the ready file alone (no temporary file left)", len(files))
+		}
 	})
 	t.Run("it is written once the instance is ready", func(t *testing.T) {
 		if status, body := call(t, http.MethodGet, info.URL+"/readyz", nil, ""); status != http.StatusOK {
@@ -350,6 +353,24 @@ func TestReadyFileOfAnotherStartIsReplaced(t *testing.T) {
 	p.stop(t)
 	if _, err := os.Stat(ready); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the ready file is still there: %v", err)
+	}
+	p.assertTmpEmpty(t)
+}
+
+func TestReadyFileNotWritableStopsTheStart(t *testing.T) {
+	t.Parallel()
+	ready := filepath.Join(t.TempDir(), "no such folder", "ready.json")
+	p := startReady(t, "serve", "--addr", "127.0.0.1:0", "--ready-file", ready, "--ephemeral", "--roles", "backend", "--log-format", "json")
+	var err error
+	select {
+	case err = <-p.done:
+		p.done <- err
+	case <-time.After(20 * time.Second * testwait.Slack):
+		t.Fatal("switchyard runs on although it could not say it is ready")
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(p.stderr.String(), "ready file") {
+		t.Fatalf("exit %v, stderr:\n%s", err, p.stderr.String())
 	}
 	p.assertTmpEmpty(t)
 }
