@@ -56,6 +56,10 @@ type config struct {
 	// kept (0: for ever), and how often the prune runs (wireRetention).
 	Retention retentionConfig
 
+	// Start is how serve starts for a program: --ephemeral, --ready-file,
+	// --ready-json (ready.go).
+	Start startConfig
+
 	// Secrets come from the environment only (flags show up in ps), or are
 	// generated on first start and kept in the database.
 	AdminToken       string
@@ -87,6 +91,7 @@ func (c *config) options(scope string) []option {
 	opts = append(opts, c.serveOptions()...)
 	opts = append(opts, c.telegramOptions()...)
 	opts = append(opts, c.httpOptions()...)
+	opts = append(opts, c.Start.options()...)
 	return append(opts, c.Retention.options()...)
 }
 
@@ -228,7 +233,7 @@ func (c *config) parse(name string, opts []option, args []string, getenv func(st
 	c.BotWebhookSecret = getenv("BOT_TELEGRAM_WEBHOOK_SECRET")
 	c.OmniToken = getenv("OMNI_TELEGRAM_TOKEN")
 	c.OmniWebhook = getenv("OMNI_WEBHOOK_SECRET")
-	return nil
+	return c.checkEphemeral(opts, args, getenv)
 }
 
 // minSecretBytes is the shortest secret serve accepts from the environment;

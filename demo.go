@@ -115,8 +115,11 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := checkDemoConfig(cfg); err != nil {
 		return err
 	}
-	if err := freshDemoDB(cfg.DB, traffic.fresh, stdout); err != nil {
-		return err
+	// --ephemeral brings a fresh database of its own, and leaves --db's be.
+	if !cfg.Start.Ephemeral {
+		if err := freshDemoDB(cfg.DB, traffic.fresh, stdout); err != nil {
+			return err
+		}
 	}
 	return runDemo(ctx, cfg, traffic, stdout, stderr)
 }

@@ -151,11 +151,19 @@ func serve(ctx context.Context, cfg *config, run *demoRun, stdout, stderr io.Wri
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	// A ready file left by a process that was killed is not this one's.
+	removeReadyFile(cfg, log)
+	defer removeReadyFile(cfg, log)
 	tracing, err := telemetry.Setup(ctx, telemetry.Options{RingSize: cfg.TraceRing, Console: stderr, Version: version()})
 	if err != nil {
 		return err
 	}
 	defer shutdownTracing(tracing, log)
+	removeEphemeral, err := ephemeralDB(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer removeEphemeral()
 	db, err := openServeStore(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -180,10 +188,13 @@ func serve(ctx context.Context, cfg *config, run *demoRun, stdout, stderr io.Wri
 	for _, f := range app.onShutdown {
 		srv.RegisterOnShutdown(f)
 	}
-	printBanner(stdout, u.public, sec, sandboxExposed(cfg))
+	if !cfg.Start.ReadyJSON {
+		printBanner(stdout, u.public, sec, sandboxExposed(cfg), cfg.Start.ReadyFile)
+	}
 	log.Info("switchyard started", slog.String("addr", ln.Addr().String()), slog.String("db", store.Redact(cfg.DB)),
 		slog.Any("roles", cfg.Roles), slog.String("version", version()))
-	return runServer(ctx, cfg, srv, ln, app.workers, log)
+	ann := announcer{cfg: cfg, db: db, info: newReadyInfo(u, sec, app.sandbox), stdout: stdout, log: log}
+	return runServer(ctx, cfg, srv, ln, app.workers, ann.ready, log)
 }
 
 // shutdownTracing sends the spans still buffered to the exporter, giving it
@@ -237,8 +248,10 @@ func serveURLs(cfg *config, ln net.Listener) urls {
 
 // runServer serves ln with srv and runs the workers until ctx ends; then
 // the server stops taking requests and finishes those in flight, and the
-// workers finish the work in hand, all within cfg.ShutdownTimeout.
-func runServer(ctx context.Context, cfg *config, srv *http.Server, ln net.Listener, workers []worker, log *slog.Logger) error {
+// workers finish the work in hand, all within cfg.ShutdownTimeout. Once
+// both run it calls ready; an error of ready shuts the process down the
+// same way, and is runServer's.
+func runServer(ctx context.Context, cfg *config, srv *http.Server, ln net.Listener, workers []worker, ready func(context.Context) error, log *slog.Logger) error {
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 	var wg sync.WaitGroup
@@ -253,13 +266,11 @@ func runServer(ctx context.Context, cfg *config, srv *http.Server, ln net.Listen
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", slog.Duration("timeout", cfg.ShutdownTimeout))
-	case err := <-serveErr:
+	notReady, failed := untilStop(ctx, cfg, ready, serveErr, log)
+	if failed != nil {
 		stopWork()
 		wg.Wait()
-		return fmt.Errorf("http server: %w", err)
+		return fmt.Errorf("http server: %w", failed)
 	}
 
 	deadline, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
@@ -277,12 +288,30 @@ func runServer(ctx context.Context, cfg *config, srv *http.Server, ln net.Listen
 		log.Warn("workers did not stop in time; their unacknowledged work is redelivered after restart")
 	}
 	log.Info("stopped")
-	return nil
+	return notReady
+}
+
+// untilStop announces that the process is ready (ready) and waits for ctx
+// to end. It returns early with ready's error (notReady), unless ctx ended
+// during it, or with the HTTP server's (failed) when it stopped serving.
+func untilStop(ctx context.Context, cfg *config, ready func(context.Context) error, serveErr <-chan error, log *slog.Logger) (notReady, failed error) {
+	if err := ready(ctx); err != nil && ctx.Err() == nil {
+		log.Error("shutting down: the start could not be announced", slog.Any("err", err))
+		return err, nil
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", slog.Duration("timeout", cfg.ShutdownTimeout))
+		return nil, nil
+	case err := <-serveErr:
+		return nil, err
+	}
 }
 
 // printBanner tells the operator where the console is, once per start, on
 // stdout (never through the log), and whether the sandbox Bot API is exposed.
-func printBanner(w io.Writer, base string, sec secrets, sandboxExposed bool) {
+// With a ready file (readyFile), the admin token is in it and nowhere else.
+func printBanner(w io.Writer, base string, sec secrets, sandboxExposed bool, readyFile string) {
 	fmt.Fprintf(w, "\nSwitchyard is running at %s\n", base)
 	if sandboxExposed {
 		fmt.Fprintf(w, "  WARNING: the sandbox Bot API (%s%s) is reachable by anyone who can reach this port\n", base, sandboxPath)
@@ -291,6 +320,10 @@ func printBanner(w io.Writer, base string, sec secrets, sandboxExposed bool) {
 	}
 	if sec.adminFromEnv {
 		fmt.Fprintf(w, "  Admin console: %s/admin (log in with SWITCHYARD_ADMIN_TOKEN)\n\n", base)
+		return
+	}
+	if readyFile != "" {
+		fmt.Fprintf(w, "  Admin console: %s/admin (log in with the adminToken of %s)\n\n", base, readyFile)
 		return
 	}
 	fmt.Fprintf(w, "  Admin console: %s/admin/login?token=%s\n", base, sec.AdminToken)

@@ -29,6 +29,9 @@ type app struct {
 	workers    []worker
 	onShutdown []func()
 	closers    []func()
+	// sandbox is the built-in Bot API of the bots without a token, nil when
+	// every bot has one.
+	sandbox *sandbox
 }
 
 // workerFunc is a worker made of a function.
@@ -129,7 +132,9 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	if dw != nil {
 		wo.Demo = demoSwitch{ctl: dw.Controller(), log: log.With(slog.String("subsystem", "demo"))}
 	}
-	return assemble(wo, queuesPart, sandboxPart, botPart, referralPart, chatPart, demoPart, rollupPart, retentionPart, alertsPart), nil
+	a := assemble(wo, queuesPart, sandboxPart, botPart, referralPart, chatPart, demoPart, rollupPart, retentionPart, alertsPart)
+	a.sandbox = sb
+	return a, nil
 }
 
 // consoleOptions are the console's own settings, before the subsystems'
