@@ -27,6 +27,7 @@ import (
 	"switchyard/bot/backend"
 	"switchyard/bot/contract"
 	"switchyard/httpjson/httpjsontest"
+	"switchyard/openapi"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/telemetry"
@@ -62,8 +63,9 @@ func newContractStack(t *testing.T, limiter authlimit.Opts, readTimeout time.Dur
 	t.Cleanup(b.Shutdown)
 	h := web.New(web.Options{
 		DB: db, AdminToken: contractAdminToken, BodyLimit: contractBodyLimit, AuthLimiter: lim,
-		Public: []web.RoutesFunc{b.Routes},
-		Admin:  []web.RoutesFunc{b.AdminRoutes},
+		Public:  []web.RoutesFunc{b.Routes},
+		Admin:   []web.RoutesFunc{b.AdminRoutes},
+		OpenAPI: apiDocument([]openapi.Part{backend.OpenAPI()}, nil),
 	})
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ReadTimeout = readTimeout

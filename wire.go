@@ -11,6 +11,7 @@ import (
 	"switchyard/bot/backend"
 	"switchyard/bot/onboarding"
 	"switchyard/omni"
+	"switchyard/openapi"
 	"switchyard/queue"
 	"switchyard/referral"
 	"switchyard/retention"
@@ -68,12 +69,14 @@ type wiring struct {
 // part is what one subsystem adds to the process: routes on the root router
 // (they bring their own authentication), routes on the admin API (behind the
 // admin token), workers, what runs when the HTTP server starts shutting
-// down, and what runs when the process ends.
+// down, and what runs when the process ends; publicAPI and adminAPI describe
+// its routes in OpenAPI.
 type part struct {
-	public, admin []web.RoutesFunc
-	workers       []worker
-	onShutdown    []func()
-	closers       []func()
+	public, admin       []web.RoutesFunc
+	publicAPI, adminAPI []openapi.Part
+	workers             []worker
+	onShutdown          []func()
+	closers             []func()
 }
 
 // wire builds the subsystems a serving process runs, one function each, and
@@ -151,13 +154,17 @@ func consoleOptions(w wiring) web.Options {
 // serving their routes.
 func assemble(wo web.Options, parts ...part) *app {
 	a := &app{}
+	var publicAPI, adminAPI []openapi.Part
 	for _, p := range parts {
 		wo.Public = append(wo.Public, p.public...)
 		wo.Admin = append(wo.Admin, p.admin...)
+		publicAPI = append(publicAPI, p.publicAPI...)
+		adminAPI = append(adminAPI, p.adminAPI...)
 		a.workers = append(a.workers, p.workers...)
 		a.onShutdown = append(a.onShutdown, p.onShutdown...)
 		a.closers = append(a.closers, p.closers...)
 	}
+	wo.OpenAPI = apiDocument(publicAPI, adminAPI)
 	a.handler = web.New(wo)
 	return a
 }
@@ -232,6 +239,7 @@ func wireBackend(w wiring) (*backend.Service, part) {
 	p := part{admin: []web.RoutesFunc{be.AdminRoutes}}
 	if w.cfg.has("backend") {
 		p.public = append(p.public, be.Routes)
+		p.publicAPI = append(p.publicAPI, backend.OpenAPI())
 		p.onShutdown = append(p.onShutdown, be.Shutdown)
 	}
 	return be, p
