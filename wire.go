@@ -175,7 +175,8 @@ func wireQueues(w wiring) (*queue.Admin, part) {
 	// Topic records are the retention runner's (wireRetention).
 	qa := queue.NewAdmin(queue.AdminOpts{DB: w.db, LeaveRecords: true, Logger: w.log.With(slog.String("subsystem", "queue"))})
 	return qa, part{
-		admin: []web.RoutesFunc{qa.AdminRoutes},
+		admin:    []web.RoutesFunc{qa.AdminRoutes},
+		adminAPI: []openapi.Part{queue.AdminOpenAPI()},
 		workers: []worker{workerFunc{"queue-janitor", func(ctx context.Context) error {
 			qa.RunJanitor(ctx)
 			return nil

@@ -95,7 +95,7 @@ func PathParam(name, desc string, s Schema) Parameter {
 }
 
 // RefResponses is ok plus a reference to the shared response of each
-// status of errs, named by names.
+// status of errs, named by names, where ok has none of its own.
 func RefResponses(names map[int]string, ok map[string]Response, errs ...int) map[string]Response {
 	out := make(map[string]Response, len(ok)+len(errs))
 	for code, r := range ok {
@@ -104,6 +104,9 @@ func RefResponses(names map[int]string, ok map[string]Response, errs ...int) map
 	errs = slices.Clone(errs)
 	slices.Sort(errs)
 	for _, code := range slices.Compact(errs) {
+		if _, own := out[strconv.Itoa(code)]; own {
+			continue
+		}
 		name, found := names[code]
 		if !found {
 			panic(fmt.Sprintf("openapi: no shared response for %d", code))
