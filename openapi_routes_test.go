@@ -17,10 +17,6 @@ import (
 var undocumentedAdminRoutes = []string{
 	"GET /admin/api/bot/dms",
 	"POST /admin/api/bot/dms/{id}/redrive",
-	"GET /admin/api/bot/events",
-	"POST /admin/api/bot/events",
-	"GET /admin/api/bot/events/{id}",
-	"POST /admin/api/bot/events/{id}/redrive",
 	"GET /admin/api/bot/funnel",
 	"GET /admin/api/bot/funnel/{telegramId}",
 	"GET /admin/api/omni/messages/{id}",
@@ -46,12 +42,6 @@ var undocumentedAdminRoutes = []string{
 	"POST /admin/api/sandbox/users/{id}/press",
 	"POST /admin/api/sandbox/users/{id}/start",
 	"POST /admin/api/sandbox/users/{id}/unblock",
-	"POST /admin/api/users",
-	"GET /admin/api/users/{uid}",
-	"POST /admin/api/users/{uid}/nft",
-	"GET /admin/api/users/{uid}/notifications",
-	"POST /admin/api/users/{uid}/register",
-	"POST /admin/api/users/{uid}/wallet",
 }
 
 // openapiPath is a route template as OpenAPI writes it: a variable's

@@ -237,7 +237,7 @@ func wireBackend(w wiring) (*backend.Service, part) {
 		Logger:      w.log.With(slog.String("subsystem", "bot-backend")),
 		BotUsername: username,
 	})
-	p := part{admin: []web.RoutesFunc{be.AdminRoutes}}
+	p := part{admin: []web.RoutesFunc{be.AdminRoutes}, adminAPI: []openapi.Part{backend.AdminOpenAPI()}}
 	if w.cfg.has("backend") {
 		p.public = append(p.public, be.Routes)
 		p.publicAPI = append(p.publicAPI, backend.OpenAPI())
