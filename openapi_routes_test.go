@@ -15,10 +15,6 @@ import (
 // on it is not (describe it next to its routes, in its package's
 // AdminOpenAPI).
 var undocumentedAdminRoutes = []string{
-	"GET /admin/api/bot/dms",
-	"POST /admin/api/bot/dms/{id}/redrive",
-	"GET /admin/api/bot/funnel",
-	"GET /admin/api/bot/funnel/{telegramId}",
 	"GET /admin/api/omni/messages/{id}",
 	"GET /admin/api/omni/rules/auto-ack",
 	"PUT /admin/api/omni/rules/auto-ack",

@@ -218,6 +218,7 @@ func wireBot(w wiring, sb *sandbox) (*backend.Service, *onboarding.Bot, part, er
 	}
 	bp.public = append(bp.public, op.public...)
 	bp.admin = append(bp.admin, op.admin...)
+	bp.adminAPI = append(bp.adminAPI, op.adminAPI...)
 	bp.workers = append(bp.workers, op.workers...)
 	return be, ob, bp, nil
 }
@@ -273,7 +274,8 @@ func wireOnboarding(w wiring, sb *sandbox) (*onboarding.Bot, part, error) {
 	if err != nil {
 		return nil, part{}, err
 	}
-	return ob, part{public: []web.RoutesFunc{ob.Routes}, admin: []web.RoutesFunc{ob.AdminRoutes}, workers: []worker{ob}}, nil
+	return ob, part{public: []web.RoutesFunc{ob.Routes}, admin: []web.RoutesFunc{ob.AdminRoutes},
+		adminAPI: []openapi.Part{onboarding.AdminOpenAPI()}, workers: []worker{ob}}, nil
 }
 
 // wireReferral wires referral: its topics are declared by every process (so
