@@ -285,7 +285,7 @@ func wireReferral(ctx context.Context, w wiring) (*referral.Service, part, error
 	if err != nil {
 		return nil, part{}, err
 	}
-	p := part{admin: []web.RoutesFunc{ref.AdminRoutes}}
+	p := part{admin: []web.RoutesFunc{ref.AdminRoutes}, adminAPI: []openapi.Part{referral.AdminOpenAPI()}}
 	if w.cfg.has("referral") {
 		p.workers = append(p.workers, ref)
 	}
