@@ -17,7 +17,6 @@ type schema = openapi.Schema
 var (
 	ref       = openapi.Ref
 	object    = openapi.Object
-	typ       = openapi.Type
 	nullable  = openapi.Nullable
 	described = openapi.Described
 	jsonBody  = openapi.JSONBody
