@@ -20,6 +20,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/httpjson/httpjsontest"
+	"switchyard/openapi/openapitest"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/telegram/fakebot"
@@ -72,7 +73,9 @@ func newWiredApp(t testing.TB, sec secrets, env map[string]string, args ...strin
 		t.Fatal(err)
 	}
 	t.Cleanup(a.close)
-	handler = a.handler
+	// Every exchange on a documented route is validated against the served
+	// OpenAPI document (openapitest).
+	handler = openapitest.Served(t, a.handler).Handler(t, a.handler)
 	return &wiredApp{srv: srv, app: a, db: db, sec: sec, logs: logs}
 }
 

@@ -11,6 +11,7 @@ import (
 	"switchyard/bot/backend"
 	"switchyard/bot/onboarding"
 	"switchyard/omni"
+	"switchyard/openapi"
 	"switchyard/queue"
 	"switchyard/referral"
 	"switchyard/retention"
@@ -71,12 +72,14 @@ type wiring struct {
 // part is what one subsystem adds to the process: routes on the root router
 // (they bring their own authentication), routes on the admin API (behind the
 // admin token), workers, what runs when the HTTP server starts shutting
-// down, and what runs when the process ends.
+// down, and what runs when the process ends; publicAPI and adminAPI describe
+// its routes in OpenAPI.
 type part struct {
-	public, admin []web.RoutesFunc
-	workers       []worker
-	onShutdown    []func()
-	closers       []func()
+	public, admin       []web.RoutesFunc
+	publicAPI, adminAPI []openapi.Part
+	workers             []worker
+	onShutdown          []func()
+	closers             []func()
 }
 
 // wire builds the subsystems a serving process runs, one function each, and
@@ -156,13 +159,17 @@ func consoleOptions(w wiring) web.Options {
 // serving their routes.
 func assemble(wo web.Options, parts ...part) *app {
 	a := &app{}
+	var publicAPI, adminAPI []openapi.Part
 	for _, p := range parts {
 		wo.Public = append(wo.Public, p.public...)
 		wo.Admin = append(wo.Admin, p.admin...)
+		publicAPI = append(publicAPI, p.publicAPI...)
+		adminAPI = append(adminAPI, p.adminAPI...)
 		a.workers = append(a.workers, p.workers...)
 		a.onShutdown = append(a.onShutdown, p.onShutdown...)
 		a.closers = append(a.closers, p.closers...)
 	}
+	wo.OpenAPI = apiDocument(publicAPI, adminAPI)
 	a.handler = web.New(wo)
 	return a
 }
@@ -173,7 +180,8 @@ func wireQueues(w wiring) (*queue.Admin, part) {
 	// Topic records are the retention runner's (wireRetention).
 	qa := queue.NewAdmin(queue.AdminOpts{DB: w.db, LeaveRecords: true, Logger: w.log.With(slog.String("subsystem", "queue"))})
 	return qa, part{
-		admin: []web.RoutesFunc{qa.AdminRoutes},
+		admin:    []web.RoutesFunc{qa.AdminRoutes},
+		adminAPI: []openapi.Part{queue.AdminOpenAPI()},
 		workers: []worker{workerFunc{"queue-janitor", func(ctx context.Context) error {
 			qa.RunJanitor(ctx)
 			return nil
@@ -215,6 +223,7 @@ func wireBot(w wiring, sb *sandbox) (*backend.Service, *onboarding.Bot, part, er
 	}
 	bp.public = append(bp.public, op.public...)
 	bp.admin = append(bp.admin, op.admin...)
+	bp.adminAPI = append(bp.adminAPI, op.adminAPI...)
 	bp.workers = append(bp.workers, op.workers...)
 	return be, ob, bp, nil
 }
@@ -234,9 +243,10 @@ func wireBackend(w wiring) (*backend.Service, part) {
 		Logger:      w.log.With(slog.String("subsystem", "bot-backend")),
 		BotUsername: username,
 	})
-	p := part{admin: []web.RoutesFunc{be.AdminRoutes}}
+	p := part{admin: []web.RoutesFunc{be.AdminRoutes}, adminAPI: []openapi.Part{backend.AdminOpenAPI()}}
 	if w.cfg.has("backend") {
 		p.public = append(p.public, be.Routes)
+		p.publicAPI = append(p.publicAPI, backend.OpenAPI())
 		p.onShutdown = append(p.onShutdown, be.Shutdown)
 	}
 	return be, p
@@ -269,7 +279,8 @@ func wireOnboarding(w wiring, sb *sandbox) (*onboarding.Bot, part, error) {
 	if err != nil {
 		return nil, part{}, err
 	}
-	return ob, part{public: []web.RoutesFunc{ob.Routes}, admin: []web.RoutesFunc{ob.AdminRoutes}, workers: []worker{ob}}, nil
+	return ob, part{public: []web.RoutesFunc{ob.Routes}, admin: []web.RoutesFunc{ob.AdminRoutes},
+		adminAPI: []openapi.Part{onboarding.AdminOpenAPI()}, workers: []worker{ob}}, nil
 }
 
 // wireReferral wires referral: its topics are declared by every process (so
@@ -279,7 +290,7 @@ func wireReferral(ctx context.Context, w wiring) (*referral.Service, part, error
 	if err != nil {
 		return nil, part{}, err
 	}
-	p := part{admin: []web.RoutesFunc{ref.AdminRoutes}}
+	p := part{admin: []web.RoutesFunc{ref.AdminRoutes}, adminAPI: []openapi.Part{referral.AdminOpenAPI()}}
 	if w.cfg.has("referral") {
 		p.workers = append(p.workers, ref)
 	}

@@ -21,6 +21,7 @@ import (
 	"switchyard/adminsession"
 	"switchyard/authlimit"
 	"switchyard/httpjson"
+	"switchyard/openapi"
 	"switchyard/rollup"
 	"switchyard/store"
 	"switchyard/telemetry"
@@ -61,6 +62,9 @@ type Options struct {
 	// Admin routes are mounted on the /admin/api subrouter, behind the admin
 	// token and cross-origin protection.
 	Admin []RoutesFunc
+	// OpenAPI describes the Public and Admin routes; served, unguarded, at
+	// GET /openapi.json when set.
+	OpenAPI *openapi.Document
 	// The console's domain objects. Each is optional: a page whose object is
 	// nil says the subsystem is not wired in this process. wire.go passes the
 	// concrete types; the small interfaces sit next to the pages that use them.
@@ -165,6 +169,9 @@ func New(opts Options) *Server {
 
 	for _, mount := range opts.Public {
 		mount(r)
+	}
+	if opts.OpenAPI != nil {
+		r.Handle("/openapi.json", openapi.Handler(opts.OpenAPI)).Methods(http.MethodGet)
 	}
 	declareWebhookSeries(r)
 

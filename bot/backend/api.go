@@ -73,8 +73,9 @@ func bearerToken(h string) ([]byte, bool) {
 }
 
 // Routes registers the bot's service API on the root router: every /bot/*
-// route and GET /auth/check-account-by-telegram/{id} behind BotAuthGuard, and
-// the unguarded GET /openapi.json that documents them.
+// route and GET /auth/check-account-by-telegram/{id} behind BotAuthGuard,
+// which OpenAPI describes (the console serves the document at GET
+// /openapi.json).
 func (b *Service) Routes(r *mux.Router) {
 	guard := BotAuthGuard(b.secret, b.authLimit)
 	bot := func(method, path string, f func(w http.ResponseWriter, r *http.Request) error) {
@@ -89,7 +90,6 @@ func (b *Service) Routes(r *mux.Router) {
 	bot(http.MethodPost, "/bot/telegram/connect-link", b.handleConnectLink)
 	bot(http.MethodPost, "/bot/telegram/connect-link/redeem", b.handleRedeem)
 	bot(http.MethodGet, "/auth/check-account-by-telegram/{id}", b.handleCheckAccount)
-	r.Handle("/openapi.json", handler(b.handleOpenAPI)).Methods(http.MethodGet)
 }
 
 // AdminRoutes registers the operator routes on r, which is already the
@@ -267,11 +267,6 @@ func (b *Service) handleCheckAccount(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	httpjson.Write(w, http.StatusOK, res)
-	return nil
-}
-
-func (b *Service) handleOpenAPI(w http.ResponseWriter, r *http.Request) error {
-	httpjson.Write(w, http.StatusOK, OpenAPI())
 	return nil
 }
 

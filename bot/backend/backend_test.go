@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"switchyard/bot/contract"
+	"switchyard/openapi"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/testwait"
@@ -52,6 +53,8 @@ func newBackendEnv(t testing.TB, opts ...func(*Opts)) *backendEnv {
 	r := mux.NewRouter()
 	b.Routes(r)
 	b.AdminRoutes(r.PathPrefix("/admin/api").Subrouter())
+	// The document of the routes mounted, as the console serves it.
+	r.Handle("/openapi.json", openapi.Handler(openapi.New(openapi.Info{Title: "bot"}).Add("", OpenAPI()))).Methods(http.MethodGet)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	return &backendEnv{db: db, clock: clock, b: b, router: r, srv: srv, logs: logs}

@@ -8,134 +8,29 @@ import (
 	"strconv"
 
 	"switchyard/bot/contract"
+	"switchyard/openapi"
 )
 
-// OpenAPIDocument is the OpenAPI 3.1 description of the bot's service API
-// (every route of Routes but /openapi.json itself), tag "bot". Tests keep it
-// true: one walks the router both ways, another sends every documented
-// request and error to a wired server and validates each request and answer
-// against the served document (kin-openapi), and CI lints it with Redocly's
-// recommended rules (.ci/openapi-lint).
-type OpenAPIDocument struct {
-	OpenAPI    string                                  `json:"openapi"`
-	Info       OpenAPIInfo                             `json:"info"`
-	Servers    []OpenAPIServer                         `json:"servers"`
-	Tags       []OpenAPITag                            `json:"tags"`
-	Security   []map[string][]string                   `json:"security"`
-	Paths      map[string]map[string]*OpenAPIOperation `json:"paths"`
-	Components OpenAPIComponents                       `json:"components"`
-}
+// The bot's descriptions use openapi's builders under short local names.
+type schema = openapi.Schema
 
-// OpenAPIInfo is the document's info object.
-type OpenAPIInfo struct {
-	Title       string         `json:"title"`
-	Version     string         `json:"version"`
-	Description string         `json:"description"`
-	License     OpenAPILicense `json:"license"`
-}
+var (
+	ref       = openapi.Ref
+	object    = openapi.Object
+	nullable  = openapi.Nullable
+	described = openapi.Described
+	jsonBody  = openapi.JSONBody
+	tInteger  = openapi.Integer
+	tID       = openapi.ID
+	tString   = openapi.String
+	tBool     = openapi.Bool
+	tTime     = openapi.Time
+	tTimeNull = openapi.TimeNull
+)
 
-// OpenAPILicense is the info object's license (an SPDX identifier).
-type OpenAPILicense struct {
-	Name       string `json:"name"`
-	Identifier string `json:"identifier"`
-}
+func jsonResponse(desc string, s schema) openapi.Response { return openapi.JSONResponse(desc, s) }
 
-// OpenAPIServer is a server object.
-type OpenAPIServer struct {
-	URL         string `json:"url"`
-	Description string `json:"description"`
-}
-
-// OpenAPITag is a tag object.
-type OpenAPITag struct {
-	Name        string `json:"name"`
-	Description string `json:"description"`
-}
-
-// OpenAPIOperation is an operation object.
-type OpenAPIOperation struct {
-	Tags        []string                   `json:"tags"`
-	OperationID string                     `json:"operationId"`
-	Summary     string                     `json:"summary"`
-	Description string                     `json:"description,omitempty"`
-	Parameters  []OpenAPIParameter         `json:"parameters,omitempty"`
-	RequestBody *OpenAPIRequestBody        `json:"requestBody,omitempty"`
-	Responses   map[string]OpenAPIResponse `json:"responses"`
-}
-
-// OpenAPIParameter is a parameter object.
-type OpenAPIParameter struct {
-	Name        string `json:"name"`
-	In          string `json:"in"`
-	Required    bool   `json:"required"`
-	Description string `json:"description"`
-	Schema      schema `json:"schema"`
-}
-
-// OpenAPIRequestBody is a request body object (JSON only).
-type OpenAPIRequestBody struct {
-	Required bool                        `json:"required"`
-	Content  map[string]OpenAPIMediaType `json:"content"`
-}
-
-// OpenAPIResponse is a response object, or (Ref set, nothing else) a
-// reference to one of the shared responses in components.
-type OpenAPIResponse struct {
-	Ref         string                      `json:"$ref,omitempty"`
-	Description string                      `json:"description,omitempty"`
-	Headers     map[string]OpenAPIHeader    `json:"headers,omitempty"`
-	Content     map[string]OpenAPIMediaType `json:"content,omitempty"`
-}
-
-// OpenAPIHeader is a header object.
-type OpenAPIHeader struct {
-	Description string `json:"description"`
-	Required    bool   `json:"required"`
-	Schema      schema `json:"schema"`
-}
-
-// OpenAPIMediaType is a media type object.
-type OpenAPIMediaType struct {
-	Schema schema `json:"schema"`
-}
-
-// OpenAPIComponents holds the schemas, the shared error responses and the
-// security scheme.
-type OpenAPIComponents struct {
-	Schemas         map[string]schema          `json:"schemas"`
-	Responses       map[string]OpenAPIResponse `json:"responses"`
-	SecuritySchemes map[string]schema          `json:"securitySchemes"`
-}
-
-type schema = map[string]any
-
-func ref(name string) schema { return schema{"$ref": "#/components/schemas/" + name} }
-
-func object(props schema, required ...string) schema {
-	s := schema{"type": "object", "properties": props, "additionalProperties": false}
-	if len(required) > 0 {
-		s["required"] = required
-	}
-	return s
-}
-
-func typ(t string) schema { return schema{"type": t} }
-
-func nullable(t string) schema { return schema{"type": []string{t, "null"}} }
-
-// described returns a copy of s with a description (s may be shared).
-func described(s schema, d string) schema {
-	c := make(schema, len(s)+1)
-	for k, v := range s {
-		c[k] = v
-	}
-	c["description"] = d
-	return c
-}
-
-// timePattern is httpjson.TimeLayout as a pattern: every time in an answer
-// is RFC 3339 in UTC with exactly six fractional digits.
-const timePattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$`
+func errResponse(desc string) openapi.Response { return openapi.ErrorResponse(desc) }
 
 // telegramIDPattern is what ParseTelegramID accepts, within int64's range.
 const telegramIDPattern = `^[1-9][0-9]{0,18}$`
@@ -145,14 +40,6 @@ const telegramIDPattern = `^[1-9][0-9]{0,18}$`
 const traceparentPattern = `^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`
 
 var (
-	tInteger = schema{"type": "integer", "format": "int64"}
-	tID      = schema{"type": "integer", "format": "int64", "minimum": 1}
-	tString  = typ("string")
-	tBool    = typ("boolean")
-	tTime    = schema{"type": "string", "format": "date-time", "pattern": timePattern,
-		"description": "RFC 3339 in UTC with six fractional digits, e.g. 2026-01-15T12:00:00.000000Z."}
-	tTimeNull = schema{"type": []string{"string", "null"}, "format": "date-time", "pattern": timePattern,
-		"description": "RFC 3339 in UTC with six fractional digits, or null."}
 	// tTelegramIn is a Telegram id in a request body: the canonical decimal
 	// text or a JSON integer.
 	tTelegramIn = described(schema{"anyOf": []schema{
@@ -161,38 +48,28 @@ var (
 	}}, "A Telegram id as decimal text (preferred) or as a JSON integer.")
 )
 
-func jsonBody(s schema) *OpenAPIRequestBody {
-	return &OpenAPIRequestBody{Required: true, Content: map[string]OpenAPIMediaType{"application/json": {Schema: s}}}
-}
-
-func jsonResponse(desc string, s schema) OpenAPIResponse {
-	return OpenAPIResponse{Description: desc, Content: map[string]OpenAPIMediaType{"application/json": {Schema: s}}}
-}
-
-func errResponse(desc string) OpenAPIResponse { return jsonResponse(desc, ref("Error")) }
-
 // sharedResponses are the error answers in components.responses, by
 // status: each names its codes, and every one has the one Error body.
 var sharedResponses = map[int]struct {
 	name string
-	resp OpenAPIResponse
+	resp openapi.Response
 }{
 	http.StatusBadRequest: {"BadRequest", errResponse("Bad input (code `bad_request`): a malformed or missing parameter, " +
 		"malformed JSON, an unknown field, a value out of range. Nothing changed.")},
-	http.StatusUnauthorized: {"Unauthorized", OpenAPIResponse{
+	http.StatusUnauthorized: {"Unauthorized", openapi.Response{
 		Description: "Missing, malformed or wrong Bearer token (code `unauthorized`); the answer never says which.",
-		Headers: map[string]OpenAPIHeader{"WWW-Authenticate": {
+		Headers: map[string]openapi.Header{"WWW-Authenticate": {
 			Description: `Bearer realm="bot"`, Required: true, Schema: tString}},
-		Content: map[string]OpenAPIMediaType{"application/json": {Schema: ref("Error")}},
+		Content: map[string]openapi.MediaType{"application/json": {Schema: ref("Error")}},
 	}},
 	http.StatusNotFound: {"NotFound", errResponse("Not found; the code says what: `user_not_found`, `leader_not_found` or `token_not_found`.")},
-	http.StatusMethodNotAllowed: {"MethodNotAllowed", OpenAPIResponse{
+	http.StatusMethodNotAllowed: {"MethodNotAllowed", openapi.Response{
 		Description: "The path was asked with a method it does not take (code `method_not_allowed`): " +
 			"the operations listed for a path are its only methods.",
-		Headers: map[string]OpenAPIHeader{"Allow": {
+		Headers: map[string]openapi.Header{"Allow": {
 			Description: "The methods the path takes, e.g. GET.", Required: true,
 			Schema: schema{"type": "string", "pattern": `^[A-Z]+(, [A-Z]+)*$`}}},
-		Content: map[string]OpenAPIMediaType{"application/json": {Schema: ref("Error")}},
+		Content: map[string]openapi.MediaType{"application/json": {Schema: ref("Error")}},
 	}},
 	http.StatusRequestTimeout: {"RequestTimeout", errResponse("The request body did not arrive within the server's read timeout " +
 		"(code `request_timeout`). Nothing changed.")},
@@ -204,13 +81,13 @@ var sharedResponses = map[int]struct {
 	http.StatusUnsupportedMediaType: {"UnsupportedMediaType", errResponse("The body is not declared as JSON (code " +
 		"`unsupported_media_type`): Content-Type must be application/json, optionally with charset=utf-8. " +
 		"A missing Content-Type is refused too. Nothing changed.")},
-	http.StatusTooManyRequests: {"TooManyRequests", OpenAPIResponse{
+	http.StatusTooManyRequests: {"TooManyRequests", openapi.Response{
 		Description: "Too many wrong secrets from this address (code `too_many_attempts`): no token is checked, " +
 			"not even the right one, until Retry-After has passed.",
-		Headers: map[string]OpenAPIHeader{"Retry-After": {
+		Headers: map[string]openapi.Header{"Retry-After": {
 			Description: "Seconds to wait before the next attempt.", Required: true,
 			Schema: schema{"type": "integer", "minimum": 1}}},
-		Content: map[string]OpenAPIMediaType{"application/json": {Schema: ref("Error")}},
+		Content: map[string]openapi.MediaType{"application/json": {Schema: ref("Error")}},
 	}},
 	http.StatusInternalServerError: {"InternalError", errResponse("The server failed (code `internal`), e.g. the database " +
 		"could not be written; the request may be sent again.")},
@@ -229,8 +106,8 @@ var withBody = []int{http.StatusBadRequest, http.StatusRequestTimeout, http.Stat
 
 // responses is ok plus a reference to the shared response of each of errs
 // and of always.
-func responses(ok map[string]OpenAPIResponse, errs ...int) map[string]OpenAPIResponse {
-	out := make(map[string]OpenAPIResponse, len(ok)+len(errs)+len(always))
+func responses(ok map[string]openapi.Response, errs ...int) map[string]openapi.Response {
+	out := make(map[string]openapi.Response, len(ok)+len(errs)+len(always))
 	for code, r := range ok {
 		out[code] = r
 	}
@@ -239,39 +116,41 @@ func responses(ok map[string]OpenAPIResponse, errs ...int) map[string]OpenAPIRes
 		if !ok {
 			panic(fmt.Sprintf("bot: no shared OpenAPI response for %d", code))
 		}
-		out[strconv.Itoa(code)] = OpenAPIResponse{Ref: "#/components/responses/" + shared.name}
+		out[strconv.Itoa(code)] = openapi.Response{Ref: "#/components/responses/" + shared.name}
 	}
 	return out
 }
 
-func query(name, desc string, required bool, s schema) OpenAPIParameter {
-	return OpenAPIParameter{Name: name, In: "query", Required: required, Description: desc, Schema: s}
+func query(name, desc string, required bool, s schema) openapi.Parameter {
+	return openapi.Parameter{Name: name, In: "query", Required: required, Description: desc, Schema: s}
 }
 
-func op(id, summary string, params []OpenAPIParameter, body *OpenAPIRequestBody, res map[string]OpenAPIResponse) *OpenAPIOperation {
-	return &OpenAPIOperation{Tags: []string{"bot"}, OperationID: id, Summary: summary, Parameters: params, RequestBody: body, Responses: res}
+func op(id, summary string, params []openapi.Parameter, body *openapi.RequestBody, res map[string]openapi.Response) *openapi.Operation {
+	return &openapi.Operation{Tags: []string{"bot"}, OperationID: id, Summary: summary, Security: botSecurity,
+		Parameters: params, RequestBody: body, Responses: res}
 }
 
-// License is the document's license. The repository declares none, so the
-// API is documented as proprietary; change this with the repository's.
-var License = OpenAPILicense{Name: "Proprietary", Identifier: "LicenseRef-Proprietary"}
+// botSecurity is BotAuthGuard's: BOT_TO_BACKEND_SECRET as a Bearer token.
+var botSecurity = []map[string][]string{{"botAuth": {}}}
 
-// OpenAPI returns the document served at GET /openapi.json.
-func OpenAPI() OpenAPIDocument {
-	ok := func(desc, schemaName string) map[string]OpenAPIResponse {
-		return map[string]OpenAPIResponse{"200": jsonResponse(desc, ref(schemaName))}
+// OpenAPI describes the bot's service API, the routes of Routes, mounted at
+// the root (tag "bot"): the backend half of the bot outbox contract
+// (specs/bot-outbox-contract.ru.txt), the outbox's pending/ack queue and the
+// /bot/* service endpoints the onboarding bot calls. Every route needs
+// Authorization: Bearer <BOT_TO_BACKEND_SECRET>; every Telegram id in an
+// answer is decimal text.
+func OpenAPI() openapi.Part {
+	ok := func(desc, schemaName string) map[string]openapi.Response {
+		return map[string]openapi.Response{"200": jsonResponse(desc, ref(schemaName))}
 	}
 	body := append([]int(nil), withBody...)
-	components := OpenAPIComponents{
-		Responses: make(map[string]OpenAPIResponse, len(sharedResponses)),
+	part := openapi.Part{
+		Responses: make(map[string]openapi.Response, len(sharedResponses)),
 		SecuritySchemes: map[string]schema{"botAuth": {"type": "http", "scheme": "bearer",
 			"description": "BOT_TO_BACKEND_SECRET, compared in constant time. Wrong secrets from one address are " +
 				"throttled together with the process's other secrets (429)."}},
 		Schemas: map[string]schema{
-			"Error": object(schema{"error": object(schema{
-				"code":    described(tString, "Stable, machine-readable: what went wrong."),
-				"message": described(tString, "For a person; may change."),
-			}, "code", "message")}, "error"),
+			"Error": openapi.ErrorSchema,
 			"TelegramId": described(schema{"type": "string", "pattern": telegramIDPattern},
 				"A Telegram user id: a positive int64 as decimal text, no sign, space or leading zero "+
 					"(a bigint may not fit a float64). At most 9223372036854775807."),
@@ -333,75 +212,61 @@ func OpenAPI() OpenAPIDocument {
 		},
 	}
 	for _, shared := range sharedResponses {
-		components.Responses[shared.name] = shared.resp
+		part.Responses[shared.name] = shared.resp
 	}
 	telegramParam := described(ref("TelegramId"), "Bound Telegram id.")
-	return OpenAPIDocument{
-		OpenAPI: "3.1.0",
-		Info: OpenAPIInfo{
-			Title:   "Switchyard bot service API",
-			Version: "1",
-			Description: "The backend half of the bot outbox contract (specs/bot-outbox-contract.ru.txt): " +
-				"the outbox's pending/ack queue and the /bot/* service endpoints the onboarding bot calls. " +
-				"Every route needs Authorization: Bearer <BOT_TO_BACKEND_SECRET>. Every body is JSON " +
-				"(Content-Type: application/json), every time RFC 3339 in UTC with six fractional digits, " +
-				"every Telegram id decimal text in an answer.",
-			License: License,
-		},
-		Servers:  []OpenAPIServer{{URL: "/", Description: "The Switchyard process that serves this document (SWITCHYARD_ADDR)."}},
-		Tags:     []OpenAPITag{{Name: "bot", Description: "Backend ↔ onboarding bot contract."}},
-		Security: []map[string][]string{{"botAuth": {}}},
-		Paths: map[string]map[string]*OpenAPIOperation{
-			"/bot/events/pending": {"get": op("getPendingEvents",
-				"Unprocessed, due events grouped by user, then by id",
-				[]OpenAPIParameter{
-					query("limit", "Page size: an integer ≥ 1; default 100; a larger one is capped at 500 (the spec's "+
-						"BOT_OUTBOX_MAX_PENDING_LIMIT), not refused.", false, schema{"type": "integer", "minimum": 1}),
-					query("wait", "Long-poll: when nothing is pending, wait up to this many whole seconds for an event; "+
-						"default 0. A larger wait is capped at 30, not refused, as limit is.", false,
-						schema{"type": "integer", "minimum": 0}),
-				}, nil,
-				responses(ok("A page of events.", "PendingResponse"), http.StatusBadRequest))},
-			"/bot/events/ack": {"post": op("ackEvents",
-				"Mark events processed, or retry them with backoff (dead-letter or close after 10 attempts)",
-				[]OpenAPIParameter{{Name: contract.InstanceHeader, In: "header", Description: "Optional, beyond the " +
-					"contract: the consumer's name (hostname:pid, up to 128 printable characters) in the events' " +
-					"attempt history; absent or unusable, the backend names itself.",
-					Schema: schema{"type": "string", "maxLength": 128}}},
-				jsonBody(ref("AckRequest")),
-				responses(ok("What the ack changed.", "AckResult"), body...))},
-			"/bot/leader/resolve": {"get": op("resolveLeader",
-				"Resolve a referral code (users.link) to its user",
-				[]OpenAPIParameter{query("code", "The referral code.", true, tString)}, nil,
-				responses(ok("The leader.", "Leader"), http.StatusBadRequest, http.StatusNotFound))},
-			"/bot/user/state": {"get": op("getUserState",
-				"State of the account bound to a Telegram id, for the console gate",
-				[]OpenAPIParameter{query("telegramId", "Bound Telegram id.", true, telegramParam)}, nil,
-				responses(ok("The state.", "UserState"), http.StatusBadRequest, http.StatusNotFound))},
-			"/bot/telegram/bind": {"post": op("bindTelegram",
-				"Promote previewTelegramId to telegramId after the in-bot confirmation (idempotent)",
-				nil, jsonBody(ref("BindRequest")),
-				responses(ok("Bound.", "BindResponse"), append(body, http.StatusNotFound, http.StatusConflict)...))},
-			"/bot/notification": {"post": op("addNotification",
-				"Store a web-cabinet notification (the fallback when a DM fails with 403)",
-				nil, jsonBody(ref("NewNotification")),
-				responses(map[string]OpenAPIResponse{
-					"201": jsonResponse("Stored.", ref("Notification")),
-					"200": jsonResponse("Already stored under this dedupKey; the first one.", ref("Notification")),
-				}, append(body, http.StatusNotFound)...))},
-			"/bot/telegram/connect-link": {"post": op("mintConnectLink",
-				"Mint, or reuse while unexpired, a one-time telegramConnect=<uuid> token and its t.me deep link",
-				nil, jsonBody(ref("ConnectLinkRequest")),
-				responses(ok("The token and link.", "ConnectLink"), append(body, http.StatusNotFound)...))},
-			"/bot/telegram/connect-link/redeem": {"post": op("redeemConnectLink",
-				"Redeem a connect token from /start: record previewTelegramId and mark the token used (idempotent per Telegram id)",
-				nil, jsonBody(ref("RedeemRequest")),
-				responses(ok("Redeemed.", "Redemption"), append(body, http.StatusNotFound, http.StatusConflict, http.StatusGone)...))},
-			"/auth/check-account-by-telegram/{id}": {"get": op("checkAccountByTelegram",
-				"Whether a Telegram id is bound to an account",
-				[]OpenAPIParameter{{Name: "id", In: "path", Required: true, Description: "Telegram id.", Schema: ref("TelegramId")}}, nil,
-				responses(ok("The answer.", "AccountCheck"), http.StatusBadRequest))},
-		},
-		Components: components,
+	part.Tags = []openapi.Tag{{Name: "bot", Description: "Backend ↔ onboarding bot contract: the outbox's " +
+		"pending/ack queue and the /bot/* service endpoints, behind BOT_TO_BACKEND_SECRET."}}
+	part.Paths = map[string]openapi.PathItem{
+		"/bot/events/pending": {"get": op("getPendingEvents",
+			"Unprocessed, due events grouped by user, then by id",
+			[]openapi.Parameter{
+				query("limit", "Page size: an integer ≥ 1; default 100; a larger one is capped at 500 (the spec's "+
+					"BOT_OUTBOX_MAX_PENDING_LIMIT), not refused.", false, schema{"type": "integer", "minimum": 1}),
+				query("wait", "Long-poll: when nothing is pending, wait up to this many whole seconds for an event; "+
+					"default 0. A larger wait is capped at 30, not refused, as limit is.", false,
+					schema{"type": "integer", "minimum": 0}),
+			}, nil,
+			responses(ok("A page of events.", "PendingResponse"), http.StatusBadRequest))},
+		"/bot/events/ack": {"post": op("ackEvents",
+			"Mark events processed, or retry them with backoff (dead-letter or close after 10 attempts)",
+			[]openapi.Parameter{{Name: contract.InstanceHeader, In: "header", Description: "Optional, beyond the " +
+				"contract: the consumer's name (hostname:pid, up to 128 printable characters) in the events' " +
+				"attempt history; absent or unusable, the backend names itself.",
+				Schema: schema{"type": "string", "maxLength": 128}}},
+			jsonBody(ref("AckRequest")),
+			responses(ok("What the ack changed.", "AckResult"), body...))},
+		"/bot/leader/resolve": {"get": op("resolveLeader",
+			"Resolve a referral code (users.link) to its user",
+			[]openapi.Parameter{query("code", "The referral code.", true, tString)}, nil,
+			responses(ok("The leader.", "Leader"), http.StatusBadRequest, http.StatusNotFound))},
+		"/bot/user/state": {"get": op("getUserState",
+			"State of the account bound to a Telegram id, for the console gate",
+			[]openapi.Parameter{query("telegramId", "Bound Telegram id.", true, telegramParam)}, nil,
+			responses(ok("The state.", "UserState"), http.StatusBadRequest, http.StatusNotFound))},
+		"/bot/telegram/bind": {"post": op("bindTelegram",
+			"Promote previewTelegramId to telegramId after the in-bot confirmation (idempotent)",
+			nil, jsonBody(ref("BindRequest")),
+			responses(ok("Bound.", "BindResponse"), append(body, http.StatusNotFound, http.StatusConflict)...))},
+		"/bot/notification": {"post": op("addNotification",
+			"Store a web-cabinet notification (the fallback when a DM fails with 403)",
+			nil, jsonBody(ref("NewNotification")),
+			responses(map[string]openapi.Response{
+				"201": jsonResponse("Stored.", ref("Notification")),
+				"200": jsonResponse("Already stored under this dedupKey; the first one.", ref("Notification")),
+			}, append(body, http.StatusNotFound)...))},
+		"/bot/telegram/connect-link": {"post": op("mintConnectLink",
+			"Mint, or reuse while unexpired, a one-time telegramConnect=<uuid> token and its t.me deep link",
+			nil, jsonBody(ref("ConnectLinkRequest")),
+			responses(ok("The token and link.", "ConnectLink"), append(body, http.StatusNotFound)...))},
+		"/bot/telegram/connect-link/redeem": {"post": op("redeemConnectLink",
+			"Redeem a connect token from /start: record previewTelegramId and mark the token used (idempotent per Telegram id)",
+			nil, jsonBody(ref("RedeemRequest")),
+			responses(ok("Redeemed.", "Redemption"), append(body, http.StatusNotFound, http.StatusConflict, http.StatusGone)...))},
+		"/auth/check-account-by-telegram/{id}": {"get": op("checkAccountByTelegram",
+			"Whether a Telegram id is bound to an account",
+			[]openapi.Parameter{{Name: "id", In: "path", Required: true, Description: "Telegram id.", Schema: ref("TelegramId")}}, nil,
+			responses(ok("The answer.", "AccountCheck"), http.StatusBadRequest))},
 	}
+	return part
 }
