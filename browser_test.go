@@ -19,6 +19,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"switchyard/openapi/openapitest"
 	"switchyard/store"
 	"switchyard/store/storetest"
 	"switchyard/testwait"
@@ -64,7 +65,9 @@ func startBrowserApp(t *testing.T) *browserApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Config.Handler = app.handler
+	// Every documented admin API call a browser test makes is validated
+	// against the served OpenAPI document.
+	srv.Config.Handler = openapitest.Served(t, app.handler).Handler(t, app.handler)
 	srv.Start()
 	workCtx, stopWork := context.WithCancel(ctx)
 	var wg sync.WaitGroup

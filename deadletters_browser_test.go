@@ -30,7 +30,10 @@ func TestDeadLettersAtSizeInBrowser(t *testing.T) {
 	ctx := newBrowser(t)
 	position := func(t *testing.T, want string) {
 		t.Helper()
-		waitJS(t, ctx, 10*time.Second, "the pager to say "+want, textOf("dead-pager-position")+` === `+fmt.Sprintf("%q", want))
+		// The whole page, not only its top: a loaded machine parses a long
+		// page in steps, and the pager comes before the list's rows.
+		waitJS(t, ctx, 10*time.Second, "the pager to say "+want+" on a loaded page",
+			`document.readyState === "complete" && `+textOf("dead-pager-position")+` === `+fmt.Sprintf("%q", want))
 	}
 	firstRow := func(t *testing.T) string {
 		return inPage[string](t, ctx, `document.querySelector('[data-testid="dead-list"] li').dataset.testid`)

@@ -70,7 +70,10 @@ func TestOutboxListInBrowser(t *testing.T) {
 			{"events-pager-newer", "1–50 of 120 events"},
 		} {
 			browse(t, ctx, "follow "+step.link, chromedp.Click(css(step.link)))
-			waitJS(t, ctx, 20*time.Second, "the window at "+step.want, textOf("events-pager-position")+` === "`+step.want+`"`)
+			// The whole page: a loaded machine parses a page in steps, the
+			// pager before the rows.
+			waitJS(t, ctx, 20*time.Second, "the window at "+step.want+" on a loaded page",
+				`document.readyState === "complete" && `+textOf("events-pager-position")+` === "`+step.want+`"`)
 		}
 		if got := inPage[int](t, ctx, `document.querySelectorAll('[data-testid="event-table"] tbody tr[data-testid]').length`); got != 50 {
 			t.Fatalf("the first window again shows %d events", got)
@@ -83,6 +86,7 @@ func TestOutboxListInBrowser(t *testing.T) {
 			chromedp.Submit(css("event-search-input")),
 			chromedp.WaitVisible(css("event-search-clear")),
 		)
+		waitJS(t, ctx, 20*time.Second, "the search's page loaded", `document.readyState === "complete"`)
 		if got := position(); got != "1 of 1 events" && got != "1–1 of 1 events" {
 			t.Fatalf("the search shows %q", got)
 		}
