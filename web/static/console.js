@@ -261,7 +261,11 @@
     if (!region || !xhr) {
       return;
     }
-    if (xhr.status === 304) {
+    // A poll that was in flight when the operator paused live updates (or
+    // opened a payload, ticked a row) is dropped: nothing changes under
+    // their hands. The region keeps its tag, so the next poll compares
+    // against what it shows.
+    if (xhr.status === 304 || (window.switchyardLive && !window.switchyardLive())) {
       evt.detail.shouldSwap = false;
       return;
     }
