@@ -55,6 +55,9 @@ type config struct {
 	// Retention: how long each kind of row that grows with traffic is
 	// kept (0: for ever), and how often the prune runs (wireRetention).
 	Retention retentionConfig
+	// Clock is the store's clock: the real one, or for tests on the
+	// sandbox a manual one (manualclock.go).
+	Clock clockConfig
 
 	// Secrets come from the environment only (flags show up in ps), or are
 	// generated on first start and kept in the database.
@@ -87,6 +90,7 @@ func (c *config) options(scope string) []option {
 	opts = append(opts, c.serveOptions()...)
 	opts = append(opts, c.telegramOptions()...)
 	opts = append(opts, c.httpOptions()...)
+	opts = append(opts, c.Clock.options()...)
 	return append(opts, c.Retention.options()...)
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -18,10 +19,14 @@ type SystemClock struct{}
 func (SystemClock) Now() time.Time { return time.Now() }
 
 // ManualClock is a clock that tests set and advance. Its zero value starts at
-// the zero time; use NewManualClock for a realistic start.
+// the zero time; use NewManualClock for a realistic start. Whoever waits on
+// the time (a worker's next poll, a long poll, a schedule) hears every move
+// through OnMove, so that a move takes effect at once rather than at the
+// next poll of real time.
 type ManualClock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu   sync.Mutex
+	now  time.Time
+	subs map[*func()]struct{}
 }
 
 // NewManualClock returns a clock standing at t.
@@ -39,11 +44,93 @@ func (c *ManualClock) Set(t time.Time) {
 	c.mu.Lock()
 	c.now = t.UTC()
 	c.mu.Unlock()
+	c.moved()
 }
 
-// Advance moves the clock forward by d.
-func (c *ManualClock) Advance(d time.Duration) {
+// Advance moves the clock forward by d, and returns the time it then tells.
+func (c *ManualClock) Advance(d time.Duration) time.Time {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
+	now := c.now
 	c.mu.Unlock()
+	c.moved()
+	return now
+}
+
+// OnMove calls fn after every Set and Advance, until stop is called. fn runs
+// on the goroutine that moved the clock: it must be quick and must not
+// block (wake something up).
+func (c *ManualClock) OnMove(fn func()) (stop func()) {
+	key := &fn
+	c.mu.Lock()
+	if c.subs == nil {
+		c.subs = map[*func()]struct{}{}
+	}
+	c.subs[key] = struct{}{}
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.subs, key)
+		c.mu.Unlock()
+	}
+}
+
+// moved tells the subscribers of OnMove.
+func (c *ManualClock) moved() {
+	c.mu.Lock()
+	fns := make([]func(), 0, len(c.subs))
+	for f := range c.subs {
+		fns = append(fns, *f)
+	}
+	c.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
+}
+
+// movable is a clock that tells when it is moved (ManualClock).
+type movable interface {
+	OnMove(fn func()) (stop func())
+}
+
+// OnClockMove calls fn whenever the store's clock is moved by hand (a
+// ManualClock's Set or Advance), until stop is called; with the system
+// clock, which only runs, it does nothing. Whoever waits for the store's
+// time to come — a worker's next poll, a long poll, an interval — wakes
+// with it and looks again, so that a test that moves the clock need not
+// wait out a poll of real time. fn must be quick and must not block.
+func (db *DB) OnClockMove(fn func()) (stop func()) {
+	if m, ok := db.Clock.(movable); ok {
+		return m.OnMove(fn)
+	}
+	return func() {}
+}
+
+// Sleep waits d of real time, or less when the store's clock is moved by
+// hand meanwhile (OnClockMove), so that a loop that sleeps between passes
+// judged by the store's time looks again at once. It reports false when
+// ctx ended first. With the system clock it is the package's Sleep.
+func (db *DB) Sleep(ctx context.Context, d time.Duration) bool {
+	m, ok := db.Clock.(movable)
+	if !ok {
+		return Sleep(ctx, d)
+	}
+	moved := make(chan struct{}, 1)
+	stop := m.OnMove(func() {
+		select {
+		case moved <- struct{}{}:
+		default:
+		}
+	})
+	defer stop()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-moved:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
