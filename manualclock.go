@@ -101,5 +101,5 @@ func wireClock(w wiring) part {
 	}
 	w.log.Warn("the clock is manual (--clock manual): time stands still until POST /admin/api/clock/advance moves it",
 		slog.Time("now", mc.Now()))
-	return part{admin: []web.RoutesFunc{clock.New(mc).AdminRoutes}}
+	return part{admin: []web.RoutesFunc{clock.New(w.db).AdminRoutes}}
 }

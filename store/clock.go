@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -133,4 +136,62 @@ func (db *DB) Sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// ErrClockNotManual refuses AdvanceClock on a database whose clock is not a
+// ManualClock.
+var ErrClockNotManual = errors.New("store: the clock is not manual")
+
+// AdvanceClock moves the database's manual clock forward by d (above zero)
+// as if the processes on it had lived through d: every lease live now
+// (store_leases: the single-flight locks, a consumer group's members and
+// partitions, the sandbox's claims) is carried forward by d first, so that
+// its holder, whose renewals could not run in a moment that never passed,
+// keeps it — without this, a move past a lease's TTL would take every lease
+// away from its living holder at once, failing the fenced work in hand. A
+// lease that had expired stays expired. It returns the time the clock then
+// tells. A test moves the clock of a running instance with it
+// (POST /admin/api/clock/advance); ManualClock.Advance moves the time alone.
+func (db *DB) AdvanceClock(ctx context.Context, d time.Duration) (time.Time, error) {
+	mc, ok := db.Clock.(*ManualClock)
+	if !ok {
+		return time.Time{}, ErrClockNotManual
+	}
+	if d <= 0 {
+		return time.Time{}, fmt.Errorf("store: advance the clock by %v: only forward", d)
+	}
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `select name, expires_at from store_leases where expires_at > ?`, TS(db.Now()))
+		if err != nil {
+			return err
+		}
+		type live struct {
+			name string
+			exp  Timestamp
+		}
+		var leases []live
+		for rows.Next() {
+			var l live
+			if err := rows.Scan(&l.name, &l.exp); err != nil {
+				rows.Close()
+				return err
+			}
+			leases = append(leases, l)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, l := range leases {
+			if _, err := tx.ExecContext(ctx, `update store_leases set expires_at = ? where name = ? and expires_at = ?`,
+				TS(l.exp.Add(d)), l.name, l.exp); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("store: carry the leases forward: %w", err)
+	}
+	return mc.Advance(d), nil
 }

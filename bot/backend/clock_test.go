@@ -22,7 +22,7 @@ import (
 func TestManualClockRetries(t *testing.T) {
 	t.Parallel()
 	e := newBackendEnv(t, func(o *Opts) { o.PollInterval = time.Hour })
-	clock.New(e.clock).AdminRoutes(e.router.PathPrefix("/admin/api").Subrouter())
+	clock.New(e.db).AdminRoutes(e.router.PathPrefix("/admin/api").Subrouter())
 	advance := func(t *testing.T, by time.Duration) time.Time {
 		t.Helper()
 		var got clock.Time
