@@ -55,6 +55,9 @@ type config struct {
 	// Retention: how long each kind of row that grows with traffic is
 	// kept (0: for ever), and how often the prune runs (wireRetention).
 	Retention retentionConfig
+	// Clock is the store's clock: the real one, or for tests on the
+	// sandbox a manual one (manualclock.go).
+	Clock clockConfig
 
 	// Start is how serve starts for a program: --ephemeral, --ready-file,
 	// --ready-json (ready.go).
@@ -92,6 +95,7 @@ func (c *config) options(scope string) []option {
 	opts = append(opts, c.telegramOptions()...)
 	opts = append(opts, c.httpOptions()...)
 	opts = append(opts, c.Start.options()...)
+	opts = append(opts, c.Clock.options()...)
 	return append(opts, c.Retention.options()...)
 }
 

@@ -31,7 +31,7 @@ func newLogger(cfg *config, w io.Writer) *slog.Logger {
 }
 
 func openStore(ctx context.Context, cfg *config, log *slog.Logger) (*store.DB, error) {
-	return store.Open(ctx, store.Options{Path: cfg.DB, Synchronous: cfg.Sync, Logger: log})
+	return store.Open(ctx, store.Options{Path: cfg.DB, Synchronous: cfg.Sync, Logger: log, Clock: cfg.Clock.storeClock()})
 }
 
 // serveCmd is `switchyard serve`.
@@ -148,6 +148,9 @@ type worker interface {
 // `switchyard demo`'s run, nil under serve.
 func serve(ctx context.Context, cfg *config, run *demoRun, stdout, stderr io.Writer) error {
 	if err := checkSandboxExposure(cfg); err != nil {
+		return err
+	}
+	if err := checkClock(cfg); err != nil {
 		return err
 	}
 	log := newLogger(cfg, stderr)

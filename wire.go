@@ -111,6 +111,7 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	ru, rollupPart := wireRollups(w, be, ref, chat)
 	rt, retentionPart := wireRetention(w, queues, be, ref, chat, ru)
 	sampler, alertsPart := wireAlerts(w)
+	clockPart := wireClock(w)
 
 	// The console's domain objects; a page whose object is unset says its
 	// subsystem is not wired in this process.
@@ -135,7 +136,7 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	if dw != nil {
 		wo.Demo = demoSwitch{ctl: dw.Controller(), log: log.With(slog.String("subsystem", "demo"))}
 	}
-	a := assemble(wo, queuesPart, sandboxPart, botPart, referralPart, chatPart, demoPart, rollupPart, retentionPart, alertsPart)
+	a := assemble(wo, queuesPart, sandboxPart, botPart, referralPart, chatPart, demoPart, rollupPart, retentionPart, alertsPart, clockPart)
 	a.sandbox = sb
 	return a, nil
 }

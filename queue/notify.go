@@ -113,20 +113,26 @@ func (h *hub) hearPeers() (stop func()) {
 	return h.db.OnBroadcast(peerChannel, h.heard)
 }
 
+// wakeAll wakes every signal of the hub with every partition marked, so
+// that each waiter looks once at everything.
+func (h *hub) wakeAll() {
+	h.mu.Lock()
+	all := make([]*signal, 0, len(h.signals))
+	for _, s := range h.signals {
+		all = append(all, s)
+	}
+	h.mu.Unlock()
+	for _, s := range all {
+		s.wakeDirty(^uint64(0))
+	}
+}
+
 // heard wakes the signal another process woke, as a commit here would. A
 // signal nobody in this process has asked for is not made: nobody here
 // waits on it.
 func (h *hub) heard(n store.Notice) {
 	if n.Missed {
-		h.mu.Lock()
-		all := make([]*signal, 0, len(h.signals))
-		for _, s := range h.signals {
-			all = append(all, s)
-		}
-		h.mu.Unlock()
-		for _, s := range all {
-			s.wakeDirty(^uint64(0))
-		}
+		h.wakeAll()
 		return
 	}
 	name, p, ok := parseWire(n.Payload)

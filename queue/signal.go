@@ -21,6 +21,7 @@ import (
 type hub struct {
 	db       *store.DB
 	peers    func() // stops hearing the other processes' wake-ups
+	clock    func() // stops hearing the store's clock move
 	mu       sync.Mutex
 	signals  map[string]*signal
 	declared map[string]bool
@@ -36,6 +37,11 @@ type hubKey struct{}
 func newHub(db *store.DB) *hub {
 	h := &hub{db: db, signals: map[string]*signal{}, declared: map[string]bool{}, scopes: map[*sql.Tx]*scope{}}
 	h.peers = h.hearPeers()
+	// A clock moved by hand (a test's) makes delays, backoffs and
+	// visibility timeouts due at once: every worker and subscriber of this
+	// process looks again now, as after a missed broadcast, rather than at
+	// its next poll.
+	h.clock = db.OnClockMove(h.wakeAll)
 	return h
 }
 
@@ -45,6 +51,7 @@ func hubFor(db *store.DB) *hub { return db.Ext(hubKey{}, func() any { return new
 // statements; the database calls it as it closes.
 func (h *hub) Close() error {
 	h.peers()
+	h.clock()
 	return h.stmts.close()
 }
 

@@ -815,7 +815,10 @@ func (s *Subscription) applyRecord(ctx, rctx context.Context, w writer, tx *sql.
 		err = s.deadLetter(w, e, rec.Attempt, out.err, s.ran(e, out), now)
 	} else {
 		out.kind = outcomeRetry
-		out.notBefore = now.Add(d.delay)
+		// As stored (store.TimeLayout keeps microseconds): a retry read
+		// back after a reload and one kept in memory are due at the same
+		// moment, which a clock moved by hand to it must reach.
+		out.notBefore = now.Add(d.delay).Truncate(time.Microsecond)
 		err = s.scheduleRetry(w, e, rec.Attempt, out.err, s.ran(e, out), out.notBefore, now)
 	}
 	if errors.Is(err, errStale) {

@@ -138,7 +138,8 @@ func (r *Runner) Run(ctx context.Context) error {
 				if _, err := r.Pass(ctx); err != nil && ctx.Err() == nil {
 					r.log.Error("retention pass failed", slog.Any("err", err))
 				}
-				if !store.Sleep(ctx, r.opts.Interval) {
+				// A clock moved by hand (a test's) runs the next pass now.
+				if !r.opts.DB.Sleep(ctx, r.opts.Interval) {
 					return nil
 				}
 			}

@@ -125,7 +125,8 @@ func (r *Rollups) Run(ctx context.Context) error {
 					r.log.Error("roll up the throughput", slog.Any("err", err))
 				}
 				next := now.Truncate(time.Minute).Add(time.Minute + r.opts.Settle + 100*time.Millisecond)
-				if !store.Sleep(ctx, next.Sub(now)) {
+				// A clock moved by hand (a test's) rolls up at once.
+				if !r.opts.DB.Sleep(ctx, next.Sub(now)) {
 					return nil
 				}
 			}

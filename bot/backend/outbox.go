@@ -427,8 +427,9 @@ func (o *Outbox) Pending(ctx context.Context, limit int) ([]contract.Event, erro
 }
 
 // WaitPending is Pending that, when nothing is due, waits up to wait for an
-// event: it wakes when an emit of this process commits (Notify) and looks
-// again every poll interval for everything else. It returns an empty list when
+// event: it wakes when an emit of this process commits (Notify) or the
+// store's clock is moved by hand (store.DB.OnClockMove), and looks again
+// every poll interval for everything else. It returns an empty list when
 // wait passes, and ctx's error when ctx ends first.
 func (o *Outbox) WaitPending(ctx context.Context, limit int, wait time.Duration) ([]contract.Event, error) {
 	wait = min(wait, contract.MaxPendingWait)
@@ -437,6 +438,8 @@ func (o *Outbox) WaitPending(ctx context.Context, limit int, wait time.Duration)
 	}
 	metricWaiters.Inc()
 	defer metricWaiters.Dec()
+	// A clock moved by hand (a test's) may make retries due: look again.
+	defer o.db.OnClockMove(o.Notify)()
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(o.poll)

@@ -313,7 +313,9 @@ func (o *Bot) Name() string { return "onboarding-bot" }
 // handled and acked, updates being handled, calls being made — has
 // finished, and the leases it held are released.
 func (o *Bot) Run(ctx context.Context) error {
-	sched, err := gocron.NewScheduler(gocron.WithLocation(time.UTC))
+	clockOpts, stopClock := schedulerClock(o.db)
+	defer stopClock()
+	sched, err := gocron.NewScheduler(append(clockOpts, gocron.WithLocation(time.UTC))...)
 	if err != nil {
 		return fmt.Errorf("onboarding scheduler: %w", err)
 	}
