@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"switchyard/clock"
+	"switchyard/openapi"
 	"switchyard/store"
 	"switchyard/web"
 )
@@ -20,7 +21,7 @@ const (
 // clockConfig is --clock and --clock-start: the store's clock, the real time
 // (the default, always in production) or, for integration tests on the
 // sandbox only, a manual clock that stands still until POST
-// /admin/api/clock/advance moves it (clock/, docs/clock.md).
+// /admin/api/clock/advance moves it (clock/, docs/testing.md).
 type clockConfig struct {
 	Mode string
 	// Start is where a manual clock starts; zero is the real time at start.
@@ -101,5 +102,5 @@ func wireClock(w wiring) part {
 	}
 	w.log.Warn("the clock is manual (--clock manual): time stands still until POST /admin/api/clock/advance moves it",
 		slog.Time("now", mc.Now()))
-	return part{admin: []web.RoutesFunc{clock.New(w.db).AdminRoutes}}
+	return part{admin: []web.RoutesFunc{clock.New(w.db).AdminRoutes}, adminAPI: []openapi.Part{clock.AdminOpenAPI()}}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"switchyard/openapi/openapitest"
 	"switchyard/store/storetest"
 )
 
@@ -53,7 +54,9 @@ func startClockApp(t *testing.T, args ...string) *clockApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Config.Handler = app.handler
+	// Every exchange on a documented route is validated against the served
+	// OpenAPI document — the clock's routes with a manual clock.
+	srv.Config.Handler = openapitest.Served(t, app.handler).Handler(t, app.handler)
 	srv.Start()
 	workCtx, stopWork := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -180,6 +183,23 @@ func TestManualClockOption(t *testing.T) {
 		status, raw := a.call(t, "GET", "/clock", "")
 		if status != 200 || !clockNow(t, raw).Equal(start) {
 			t.Fatalf("GET /clock: %d %s, want %v", status, raw, start)
+		}
+		resp, err := http.Get(a.base + "/openapi.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Paths map[string]map[string]json.RawMessage
+		}
+		err = json.NewDecoder(resp.Body).Decode(&doc)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for path, method := range map[string]string{"/admin/api/clock": "get", "/admin/api/clock/advance": "post"} {
+			if _, ok := doc.Paths[path][method]; !ok {
+				t.Errorf("/openapi.json does not describe %s %s", method, path)
+			}
 		}
 		status, raw = a.call(t, "POST", "/clock/advance", `{"by":"10m"}`)
 		if status != 200 || !clockNow(t, raw).Equal(start.Add(10*time.Minute)) || !strings.Contains(string(raw), `"advancedBy":"10m0s"`) {

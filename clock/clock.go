@@ -3,7 +3,7 @@
 // (store.ManualClock) stands still until a test moves it forward through
 // the admin API, and everything that goes by the store's time — the bot
 // outbox's retries, queue delays, backoffs and visibility timeouts, leases,
-// prunes, rollups and schedules — follows it (docs/clock.md).
+// prunes, rollups and schedules — follows it (docs/testing.md, "A movable clock").
 //
 //	GET  /admin/api/clock           {"now": "…"}
 //	POST /admin/api/clock/advance   {"by": "10m"} → {"now": "…", "advancedBy": "10m0s"}
