@@ -15,14 +15,6 @@ import (
 // on it is not (describe it next to its routes, in its package's
 // AdminOpenAPI).
 var undocumentedAdminRoutes = []string{
-	"GET /admin/api/omni/messages/{id}",
-	"GET /admin/api/omni/rules/auto-ack",
-	"PUT /admin/api/omni/rules/auto-ack",
-	"GET /admin/api/omni/threads",
-	"POST /admin/api/omni/threads/{id}/close",
-	"GET /admin/api/omni/threads/{id}/messages",
-	"POST /admin/api/omni/threads/{id}/messages",
-	"POST /admin/api/omni/threads/{id}/read",
 	"GET /admin/api/sandbox",
 	"POST /admin/api/sandbox/business-connections",
 	"POST /admin/api/sandbox/users/{id}/block",
