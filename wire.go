@@ -130,6 +130,7 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	if sb != nil {
 		sbx := tgsandbox.New(tgsandbox.Opts{Server: sb.server, OnboardingToken: sb.onboardingToken, ChatToken: sb.omniToken})
 		wo.Admin = append(wo.Admin, sbx.AdminRoutes)
+		sandboxPart.adminAPI = append(sandboxPart.adminAPI, tgsandbox.AdminOpenAPI())
 		wo.Sandbox = sbx
 	}
 	if dw != nil {
