@@ -14,24 +14,7 @@ import (
 // fails when a route on it is documented (take it off) and when a route not
 // on it is not (describe it next to its routes, in its package's
 // AdminOpenAPI).
-var undocumentedAdminRoutes = []string{
-	"GET /admin/api/omni/messages/{id}",
-	"GET /admin/api/omni/rules/auto-ack",
-	"PUT /admin/api/omni/rules/auto-ack",
-	"GET /admin/api/omni/threads",
-	"POST /admin/api/omni/threads/{id}/close",
-	"GET /admin/api/omni/threads/{id}/messages",
-	"POST /admin/api/omni/threads/{id}/messages",
-	"POST /admin/api/omni/threads/{id}/read",
-	"GET /admin/api/sandbox",
-	"POST /admin/api/sandbox/business-connections",
-	"POST /admin/api/sandbox/users/{id}/block",
-	"POST /admin/api/sandbox/users/{id}/business-message",
-	"POST /admin/api/sandbox/users/{id}/messages",
-	"POST /admin/api/sandbox/users/{id}/press",
-	"POST /admin/api/sandbox/users/{id}/start",
-	"POST /admin/api/sandbox/users/{id}/unblock",
-}
+var undocumentedAdminRoutes = []string{}
 
 // openapiPath is a route template as OpenAPI writes it: a variable's
 // pattern ({id:[0-9]+}) is its parameter's schema, not part of the path.

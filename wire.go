@@ -131,6 +131,7 @@ func wireRun(ctx context.Context, cfg *config, db *store.DB, sec secrets, log *s
 	if sb != nil {
 		sbx := tgsandbox.New(tgsandbox.Opts{Server: sb.server, OnboardingToken: sb.onboardingToken, ChatToken: sb.omniToken})
 		wo.Admin = append(wo.Admin, sbx.AdminRoutes)
+		sandboxPart.adminAPI = append(sandboxPart.adminAPI, tgsandbox.AdminOpenAPI())
 		wo.Sandbox = sbx
 	}
 	if dw != nil {
@@ -310,7 +311,7 @@ func wireChat(w wiring, sb *sandbox) (*omni.Admin, part) {
 	}
 	log := w.log.With(slog.String("subsystem", "omni"))
 	chatAdmin := omni.NewAdmin(omni.AdminOpts{DB: w.db, Logger: log})
-	p := part{admin: []web.RoutesFunc{chatAdmin.AdminRoutes}}
+	p := part{admin: []web.RoutesFunc{chatAdmin.AdminRoutes}, adminAPI: []openapi.Part{omni.AdminOpenAPI()}}
 	if cfg.has("inbound") {
 		in := omni.NewInbound(omni.InboundOpts{DB: w.db, Token: token, WebhookSecret: w.sec.OmniWebhook, AuthLimiter: w.authLimit, Logger: log})
 		p.public = append(p.public, in.Routes)
