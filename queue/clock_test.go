@@ -78,6 +78,12 @@ func TestManualClock(t *testing.T) {
 			t.Fatal(err)
 		}
 		testwait.Until(t, 5*time.Second, "the first attempt", func() bool { return attempts.Load() == 1 })
+		// The handler returns before its retry is settled: wait for the
+		// settle's row in the attempt history, so the backoff runs from
+		// before the move, not after it.
+		testwait.Until(t, 5*time.Second, "the first attempt settled as a retry", func() bool {
+			return count(t, db, `select count(*) from queue_failures where queue = 'q' and outcome = 'retry'`) == 1
+		})
 		clock.Advance(14 * time.Minute)
 		testwait.Until(t, 5*time.Second, "the message waiting for its retry", func() bool {
 			return count(t, db, `select count(*) from goqite where queue = 'q' and received = 1`) == 1
