@@ -2,7 +2,7 @@ package web
 
 import (
 	"context"
-	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -65,10 +65,10 @@ func (p *pager) place(ctx context.Context, count counter, w window, firstKey, la
 	return nil
 }
 
-// searchTerm is a list's search term from its query string (q), trimmed and
-// at most maxKeyLen bytes.
-func searchTerm(r *http.Request) string {
-	q := strings.TrimSpace(r.URL.Query().Get("q"))
+// searchTerm is a list's search term from its query string or form (q),
+// trimmed and at most maxKeyLen bytes.
+func searchTerm(v url.Values) string {
+	q := strings.TrimSpace(v.Get("q"))
 	if len(q) > maxKeyLen {
 		q = strings.ToValidUTF8(q[:maxKeyLen], "")
 	}

@@ -697,7 +697,7 @@ func (s *Server) botFunnel(w http.ResponseWriter, r *http.Request) {
 		m.Stage = st
 		m.Title = onboarding.Stage(st).String() + " — " + onboarding.Stage(st).Title()
 	}
-	m.Search = searchTerm(r)
+	m.Search = searchTerm(r.URL.Query())
 	if m.Wired {
 		win := windowOf(r)
 		f := onboarding.FunnelFilter{Stage: onboarding.Stage(m.Stage), Search: m.Search, Before: win.Before, After: win.After, Limit: perPage + 1}

@@ -124,7 +124,7 @@ func (s *Server) threadRows(ctx context.Context, threads []omni.Thread) ([]threa
 
 func (s *Server) chatInbox(w http.ResponseWriter, r *http.Request) {
 	p := s.newPage(w, r, "Chat", "chat")
-	m := inboxModel{Wired: s.opts.Chat != nil, State: r.URL.Query().Get("state"), Search: searchTerm(r)}
+	m := inboxModel{Wired: s.opts.Chat != nil, State: r.URL.Query().Get("state"), Search: searchTerm(r.URL.Query())}
 	if m.State != string(omni.ThreadOpen) && m.State != string(omni.ThreadClosed) {
 		m.State = ""
 	}

@@ -245,10 +245,7 @@ func (s *Server) queueDetail(w http.ResponseWriter, r *http.Request) {
 	if m.Queue != nil && q.Get("list") == listLive {
 		m.List = listLive
 	}
-	m.Term = strings.TrimSpace(q.Get("q"))
-	if len(m.Term) > maxKeyLen {
-		m.Term = m.Term[:maxKeyLen]
-	}
+	m.Term = searchTerm(q)
 	if group != "" {
 		m.Keep = append(m.Keep, formField{"group", group})
 	}

@@ -242,11 +242,7 @@ func (m linksModel) keep() []formField {
 
 // linkFilter is the links list's filter in q (a query string or a form).
 func linkFilter(q url.Values) referral.LinkFilter {
-	term := strings.TrimSpace(q.Get("q"))
-	if len(term) > maxKeyLen {
-		term = strings.ToValidUTF8(term[:maxKeyLen], "")
-	}
-	return referral.LinkFilter{Search: term, IncludeDeleted: q.Get("deleted") == "1"}
+	return referral.LinkFilter{Search: searchTerm(q), IncludeDeleted: q.Get("deleted") == "1"}
 }
 
 func (s *Server) referralLinks(w http.ResponseWriter, r *http.Request) {
@@ -362,7 +358,7 @@ type replicasModel struct {
 
 func (s *Server) referralReplicas(w http.ResponseWriter, r *http.Request) {
 	p := s.newPage(w, r, "Replicas", "referral")
-	m := replicasModel{Wired: s.opts.Referral != nil, Search: searchTerm(r)}
+	m := replicasModel{Wired: s.opts.Referral != nil, Search: searchTerm(r.URL.Query())}
 	if !m.Wired {
 		s.render(w, r, replicasPage(p, m))
 		return
