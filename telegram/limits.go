@@ -150,6 +150,10 @@ func (l *Limiter) TakeWithin(c Chat, now time.Time, slack time.Duration) (time.T
 	defer l.mu.Unlock()
 	now = l.monotonic(now)
 	at, scope := l.next(c, now)
+	if p := l.paused(c); p.After(now) {
+		deferrals.WithLabelValues(scopePause).Inc()
+		return p, false
+	}
 	if at.Sub(now) > slack {
 		deferrals.WithLabelValues(scope).Inc()
 		return at, false
@@ -187,6 +191,10 @@ func (l *Limiter) Reserve(c Chat, now time.Time, ahead time.Duration) (time.Time
 	defer l.mu.Unlock()
 	now = l.monotonic(now)
 	at, scope := l.next(c, now)
+	if p := l.paused(c); p.After(now) {
+		deferrals.WithLabelValues(scopePause).Inc()
+		return p, false
+	}
 	if at.Sub(now) > ahead || (scope != scopeBot && at.Sub(now) > reserveSlack) {
 		deferrals.WithLabelValues(scope).Inc()
 		return at, false
@@ -291,6 +299,20 @@ func (l *Limiter) when(c Chat, now time.Time) (time.Time, string) {
 		later(ready(bs.bot, now), scopeBot)
 	}
 	return at, scope
+}
+
+// paused is when the pauses on c (its own and its bot's) end: a 429's
+// retry_after is Telegram's word, so no slack ever sends inside it. l.mu
+// is held.
+func (l *Limiter) paused(c Chat) time.Time {
+	var until time.Time
+	if cs := l.chats[c]; cs != nil {
+		until = cs.pausedUntil
+	}
+	if bs := l.bots[c.Bot]; bs != nil && bs.pausedUntil.After(until) {
+		until = bs.pausedUntil
+	}
+	return until
 }
 
 // ready returns when lim will hold one token.

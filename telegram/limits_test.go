@@ -132,6 +132,24 @@ func TestLimiter(t *testing.T) {
 		}
 	})
 
+	t.Run("no slack sends inside a 429's pause", func(t *testing.T) {
+		t.Parallel()
+		l := telegram.NewLimiter(telegram.Limits{})
+		c := telegram.Chat{Bot: 1, ID: 1}
+		g := telegram.Chat{Bot: 1, ID: -2}
+		l.PauseChat(c, t0.Add(2*time.Second))
+		if at, ok := l.TakeWithin(c, t0.Add(2*time.Second-time.Millisecond), 100*time.Millisecond); ok || !at.Equal(t0.Add(2*time.Second)) {
+			t.Errorf("TakeWithin 1 ms before the chat's pause ends = %s, %t; want refused until it ends", at, ok)
+		}
+		l.PauseBot(1, t0.Add(3*time.Second))
+		if at, ok := l.Reserve(g, t0.Add(3*time.Second-time.Millisecond), time.Second); ok || !at.Equal(t0.Add(3*time.Second)) {
+			t.Errorf("Reserve 1 ms before the bot's pause ends = %s, %t; want refused until it ends", at, ok)
+		}
+		if _, ok := l.TakeWithin(c, t0.Add(3*time.Second), 100*time.Millisecond); !ok {
+			t.Error("refused once both pauses ended")
+		}
+	})
+
 	t.Run("a handover pauses the bot until another process's buckets would have refilled", func(t *testing.T) {
 		t.Parallel()
 		if d := telegram.DefaultLimits().Refill(); d != 3*time.Second {
