@@ -24,7 +24,7 @@ import (
 const day = 24 * time.Hour
 
 // bundle is a migrated database with the owners of every pruned table and
-// the rules the process wires (wire.go wireRetention), each prune wrapped
+// the rules the process wires (cli/wire.go wireRetention), each prune wrapped
 // to check that no batch goes beyond its limit.
 type bundle struct {
 	db    *store.DB

@@ -39,7 +39,7 @@ const LeaseName = "rollup"
 // Series names a throughput line.
 type Series string
 
-// The console's throughput series; wire.go gives each its owner's count.
+// The console's throughput series; cli/wire.go gives each its owner's count.
 const (
 	OutboxHandled    Series = "bot.outbox.handled"
 	IdentityConsumed Series = "referral.identity.consumed"

@@ -66,7 +66,7 @@ type Options struct {
 	// GET /openapi.json when set.
 	OpenAPI *openapi.Document
 	// The console's domain objects. Each is optional: a page whose object is
-	// nil says the subsystem is not wired in this process. wire.go passes the
+	// nil says the subsystem is not wired in this process. cli/wire.go passes the
 	// concrete types; the small interfaces sit next to the pages that use them.
 	//
 	// Queues is every queue and topic group (*queue.Admin).
