@@ -226,6 +226,7 @@ type demoWorker struct {
 	opts demo.Opts
 	ctl  *demo.Controller
 	run  *demoRun // nil under plain serve
+	seed bool     // plain serve seeds the demo data (--seed)
 	log  *slog.Logger
 }
 
@@ -245,7 +246,7 @@ func newDemoWorker(cfg *config, sec secrets, u urls, sb *sandbox, run *demoRun, 
 	if run != nil {
 		opts.Rate, opts.Duration, opts.Progress = run.rate, run.duration, run.out
 	}
-	return &demoWorker{opts: opts, ctl: demo.NewController(opts), run: run, log: log}
+	return &demoWorker{opts: opts, ctl: demo.NewController(opts), run: run, seed: cfg.Start.Seed, log: log}
 }
 
 func (w *demoWorker) Name() string { return "demo" }
@@ -256,7 +257,9 @@ func (w *demoWorker) Controller() *demo.Controller { return w.ctl }
 // Run seeds, or runs `switchyard demo`'s simulator, then waits for ctx.
 func (w *demoWorker) Run(ctx context.Context) error {
 	if w.run == nil {
-		if _, err := demo.Seed(ctx, w.opts); err != nil && ctx.Err() == nil {
+		if !w.seed {
+			w.log.Debug("demo data not seeded (--seed=false)")
+		} else if _, err := demo.Seed(ctx, w.opts); err != nil && ctx.Err() == nil {
 			w.log.Warn("demo data not seeded", slog.Any("err", err))
 		}
 		<-ctx.Done()

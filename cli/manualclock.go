@@ -9,6 +9,7 @@ import (
 	"switchyard/clock"
 	"switchyard/openapi"
 	"switchyard/store"
+	"switchyard/telegram"
 	"switchyard/web"
 )
 
@@ -103,4 +104,17 @@ func wireClock(w wiring) part {
 	w.log.Warn("the clock is manual (--clock manual): time stands still until POST /admin/api/clock/advance moves it",
 		slog.Time("now", mc.Now()))
 	return part{admin: []web.RoutesFunc{clock.New(w.db).AdminRoutes}, adminAPI: []openapi.Part{clock.AdminOpenAPI()}}
+}
+
+// sandboxLimits are the Telegram rate limits the bots keep: Telegram's
+// (the zero Limits) on the system clock, none on a manual clock. Only
+// sandbox bots run on a manual clock (checkClock), and the sandbox then
+// enforces none either: the limits are per second of real time, and pacing
+// by a clock that stands still would hold every second message to a chat
+// until the test moved the clock.
+func sandboxLimits(cfg *config) telegram.Limits {
+	if cfg.Clock.Mode == clockManual {
+		return telegram.NoLimits()
+	}
+	return telegram.Limits{}
 }

@@ -22,6 +22,9 @@ type startConfig struct {
 	ReadyFile string
 	ReadyJSON bool
 	Ephemeral bool
+	// Seed is whether an instance with both bots on the sandbox seeds its
+	// database with the demo's users, chats and events; a test starts empty.
+	Seed bool
 }
 
 // options are the start's, for serve (and demo).
@@ -30,6 +33,7 @@ func (s *startConfig) options() []option {
 		{"ready-file", "SWITCHYARD_READY_FILE", "", "once ready (as /readyz answers), write the URL, the secrets and the pid to this file as a JSON object: mode 0600, written whole (a temporary file renamed), removed at a clean exit; the admin token is then printed nowhere else", setString(&s.ReadyFile)},
 		{"ready-json", "SWITCHYARD_READY_JSON", "false", "once ready, print the --ready-file object as one JSON line on stdout, in place of the banner", setBool(&s.ReadyJSON)},
 		{"ephemeral", "SWITCHYARD_EPHEMERAL", "false", "run on a new SQLite file in a new temporary folder, removed at exit (for tests; refused with --db or SWITCHYARD_DB)", setBool(&s.Ephemeral)},
+		{"seed", "SWITCHYARD_SEED", "true", "with both bots on the sandbox, seed the database with the demo's users, chats and events (false: start empty, as a test wants)", setBool(&s.Seed)},
 	}
 }
 

@@ -96,10 +96,15 @@ func newSandbox(ctx context.Context, cfg *config, db *store.DB, u urls, log *slo
 	}
 	// Update ids start from the clock: the bots remember the ids they saw
 	// (offsets, dedup keys) across restarts; the fake does not. Sends meet
-	// Telegram's rate limits, as the fake models them.
+	// Telegram's rate limits, as the fake models them — except on a manual
+	// clock, where the bots keep none (sandboxLimits).
+	limits := &telegram.Limits{}
+	if cfg.Clock.Mode == clockManual {
+		limits = nil
+	}
 	sb.server = fakebot.New(fakebot.Opts{
 		BasePath: sandboxPath, Log: log.With(slog.String("subsystem", "sandbox")),
-		Limits:            &telegram.Limits{},
+		Limits:            limits,
 		FirstUpdateID:     fakebot.UpdateIDFromClock(),
 		Tokens:            tokens,
 		CheckWebhookFunc:  ownWebhooks(u, hooks),

@@ -277,6 +277,7 @@ func wireOnboarding(w wiring, sb *sandbox) (*onboarding.Bot, part, error) {
 		AuthLimiter:    w.authLimit,
 		WebhookURL:     w.u.public + onboardingWebhookPath,
 		CabinetURL:     w.u.public + "/admin",
+		Limits:         sandboxLimits(w.cfg),
 	})
 	if err != nil {
 		return nil, part{}, err
@@ -335,7 +336,7 @@ func wireChat(w wiring, sb *sandbox) (*omni.Admin, part) {
 		p.workers = append(p.workers, omni.NewChat(omni.ChatOpts{DB: w.db, Logger: log, GroupChats: cfg.OmniGroupChats}))
 	}
 	if cfg.has("outbound") {
-		p.workers = append(p.workers, omni.NewOutbound(omni.OutboundOpts{DB: w.db, Token: token, APIURL: api, Logger: log}))
+		p.workers = append(p.workers, omni.NewOutbound(omni.OutboundOpts{DB: w.db, Token: token, APIURL: api, Logger: log, Limits: sandboxLimits(cfg)}))
 	}
 	return chatAdmin, p
 }

@@ -40,6 +40,14 @@ func DefaultLimits() Limits {
 	}
 }
 
+// NoLimits are limits with every bucket off: nothing waits. They are for
+// the sandbox on a manual clock (tests), where a clock that stands still
+// would hold every second message to a chat until the test moved it.
+func NoLimits() Limits {
+	off := Limit{Rate: rate.Inf}
+	return Limits{Chat: off, Group: off, Bot: off}
+}
+
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
 	fill := func(v *Limit, def Limit) {
