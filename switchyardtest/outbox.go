@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"switchyard/bot/contract"
@@ -244,4 +245,51 @@ func funnelIs(u *User, what string, holds func(Funnel) bool) Condition {
 var stages = map[string]int{
 	"started": 1, "leader_resolved": 2, "introduced": 3, "signup_requested": 4, "account_linked": 5,
 	"wallet_requested": 6, "wallet_connected": 7, "registered": 8, "nft_activated": 9,
+}
+
+// Notification is a web-cabinet notification of an account: where the
+// onboarding bot's message goes when Telegram cannot reach the user (they
+// blocked the bot).
+type Notification struct {
+	ID   int64  `json:"id"`
+	Kind string `json:"kind"`
+	Text string `json:"text"`
+}
+
+func (a *App) notifications(ctx context.Context, uid int64) ([]Notification, error) {
+	var res struct {
+		Notifications []Notification `json:"notifications"`
+	}
+	err := a.Get(ctx, "/admin/api/users/"+strconv.FormatInt(uid, 10)+"/notifications", &res)
+	return res.Notifications, err
+}
+
+// Notifications are the account's web-cabinet notifications.
+func (a *App) Notifications(t T, uid int64) []Notification {
+	t.Helper()
+	n, err := a.notifications(t.Context(), uid)
+	if err != nil {
+		t.Fatalf("switchyardtest: %v", err)
+	}
+	return n
+}
+
+// NotifiedOnWeb holds once the account has a web-cabinet notification
+// containing text.
+func NotifiedOnWeb(uid int64, text string) Condition {
+	return Condition{
+		What: fmt.Sprintf("a web notification %q for account %d", text, uid),
+		Check: func(ctx context.Context, a *App) (bool, string, error) {
+			ns, err := a.notifications(ctx, uid)
+			if err != nil {
+				return notFound(err)
+			}
+			for _, n := range ns {
+				if strings.Contains(n.Text, text) {
+					return true, "", nil
+				}
+			}
+			return false, fmt.Sprintf("%d notifications", len(ns)), nil
+		},
+	}
 }
