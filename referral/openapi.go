@@ -22,9 +22,11 @@ func AdminOpenAPI() openapi.Part {
 	p.Schemas = map[string]schema{
 		"Error": openapi.ErrorSchema,
 		"NewReferralLink": object(schema{
-			"url": described(str, "The link's URL; its last path segment is the slug."), "ownerUserId": guid,
-			"tenantId": str, "channel": str,
-		}, "url", "ownerUserId"),
+			"url": described(schema{"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9-]{2,63}$"},
+				"The link's slug, what an identity event's ReferrerUrl names; stored lower-cased."),
+			"ownerUserId": guid, "tenantId": guid,
+			"channel": described(schema{"type": "string", "minLength": 1, "maxLength": 64}, "Where the link is shared, e.g. web."),
+		}, "url", "ownerUserId", "tenantId", "channel"),
 		"ReferralLink": object(schema{
 			"id": str, "url": str, "ownerUserId": guid, "tenantId": str, "channel": str,
 			"createdAt": openapi.Time, "deletedAt": openapi.TimeNull,

@@ -134,18 +134,25 @@ func (a *App) TopicRecords(t T, topic string) []TopicRecord {
 	return res.Messages
 }
 
-// Link is a referral link to create: its URL's last path segment is the
-// slug an identity event's ReferrerUrl names.
+// Link is a referral link to create.
 type Link struct {
+	// URL is the link's slug (^[a-z0-9][a-z0-9-]{2,63}$): what an identity
+	// event's ReferrerUrl names.
 	URL         string `json:"url"`
 	OwnerUserID string `json:"ownerUserId"`
-	TenantID    string `json:"tenantId,omitempty"`
-	Channel     string `json:"channel,omitempty"`
+	// TenantID is a GUID (DefaultTenant when empty).
+	TenantID string `json:"tenantId"`
+	// Channel is where the link is shared ("web" when empty).
+	Channel string `json:"channel"`
 }
+
+// DefaultTenant is the tenant of a Link that names none.
+const DefaultTenant = "00000000-0000-4000-8000-000000000001"
 
 // CreateLink creates a referral link and returns its id.
 func (a *App) CreateLink(t T, l Link) string {
 	t.Helper()
+	l.TenantID, l.Channel = or(l.TenantID, DefaultTenant), or(l.Channel, "web")
 	var res struct {
 		ID string `json:"id"`
 	}
