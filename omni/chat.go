@@ -96,8 +96,10 @@ func autoAckDefault(text string, off bool) AutoAckRule {
 // a transaction.
 func newChatDomain(db *store.DB, autoAck AutoAckRule) *chatDomain {
 	sender := queue.New(queue.NewOpts{DB: db, Name: QueueSenderFlow, Retry: queue.RetryPolicy{MaxAttempts: flowAttempts}})
+	receiver := queue.New(queue.NewOpts{DB: db, Name: QueueReceiverFlow, Retry: queue.RetryPolicy{MaxAttempts: flowAttempts}})
 	return &chatDomain{
 		now:        db.Now,
+		wake:       receiver.WakeTx,
 		autoAck:    autoAck,
 		lockThread: threadLockQuery(db),
 		stmts:      prepareChatQueries(db),

@@ -45,6 +45,9 @@ type chatDomain struct {
 	now     func() time.Time
 	autoAck AutoAckRule // the default when omni_rules has no row
 	send    sendTxFunc
+	// wake makes receiver.flow's messages of an order key prefix that wait
+	// for a retry due now (queue.Queue.WakeTx); nil wakes nothing.
+	wake func(ctx context.Context, tx *sql.Tx, orderKeyPrefix string) (int64, error)
 	// groups is what becomes of group, supergroup and channel chats.
 	groups GroupChats
 	// lockThread is the statement that locks a thread's row before a
@@ -650,6 +653,13 @@ func (d *chatDomain) connectionUpdated(ctx context.Context, tx *sql.Tx, env *Env
 		return applied{}, err
 	} else if n == 0 {
 		return applied{Outcome: outcomeIgnored, Reason: IgnoreStaleConnection}, nil
+	}
+	// The connection's first messages may be waiting for it: they go now,
+	// not at their next look.
+	if d.wake != nil {
+		if _, err := d.wake(ctx, tx, connectionChatsKey(env)); err != nil {
+			return applied{}, err
+		}
 	}
 	return applied{Outcome: outcomeApplied}, nil
 }

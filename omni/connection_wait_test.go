@@ -106,6 +106,21 @@ func TestBusinessMessageWaitsForItsConnection(t *testing.T) {
 		nothingStuck(t, db)
 	})
 
+	t.Run("a message waiting for its connection goes once the connection is applied, not at its next look", func(t *testing.T) {
+		t.Parallel()
+		// The clock stands still: the message's next look never comes, so
+		// only the connection's arrival can move it.
+		db, _ := storetest.NewWithClock(t)
+		enqueue := chatOn(t, db)
+		enqueue(update(1, "business_message", businessMessage("bc-wake", 3001, 3001, 10, "hello?", t0)))
+		testwait.Until(t, 10*time.Second, "", func() bool { return tried(t, db, 1) },
+			func() string { return "the chat role never took the business message" })
+		enqueue(update(2, "business_connection", businessConnection("bc-wake", 900, true, true, t0)))
+		testwait.Until(t, 10*time.Second, "", func() bool { return len(messagesOf(t, db, "3001")) == 2 },
+			func() string { return fmt.Sprintf("thread %+v", messagesOf(t, db, "3001")) })
+		nothingStuck(t, db)
+	})
+
 	t.Run("the thread's later messages wait behind the first, in order", func(t *testing.T) {
 		t.Parallel()
 		db := storetest.New(t)

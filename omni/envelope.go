@@ -244,6 +244,14 @@ func OrderingKey(env *Envelope) string {
 	}
 }
 
+// connectionChatsKey is the start of the OrderingKey of every chat of the
+// business connection env updates: the key prefix of the messages that may
+// wait for it (decideAwaitConnection).
+func connectionChatsKey(env *Envelope) string {
+	n := &env.PayloadNormalized
+	return string(env.Provider) + ":" + n.AccountID + ":business:" + n.Connection.ID + ":"
+}
+
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // envelopeHead is the Envelope without its two payloads, field for field in
