@@ -36,6 +36,8 @@ type wiredApp struct {
 	db   *store.DB
 	sec  secrets
 	logs *syncLog
+	// openapi validates every exchange on a documented route (Handler).
+	openapi *openapitest.Validator
 }
 
 // syncLog is a log destination tests can read while the app writes.
@@ -63,7 +65,8 @@ func newWiredApp(t testing.TB, sec secrets, env map[string]string, args ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := storetest.New(t)
+	// With --clock manual the store's clock is the manual one, as serve opens it.
+	db := storetest.NewWith(t, store.Options{Clock: cfg.Clock.storeClock()})
 	logs := &syncLog{}
 	var handler http.Handler = http.NotFoundHandler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
@@ -75,8 +78,9 @@ func newWiredApp(t testing.TB, sec secrets, env map[string]string, args ...strin
 	t.Cleanup(a.close)
 	// Every exchange on a documented route is validated against the served
 	// OpenAPI document (openapitest).
-	handler = openapitest.Served(t, a.handler).Handler(t, a.handler)
-	return &wiredApp{srv: srv, app: a, db: db, sec: sec, logs: logs}
+	v := openapitest.Served(t, a.handler)
+	handler = v.Handler(t, a.handler)
+	return &wiredApp{srv: srv, app: a, db: db, sec: sec, logs: logs, openapi: v}
 }
 
 // walkSecrets are the secrets of the route walk.

@@ -37,8 +37,9 @@ type Validator struct {
 	router routers.Router
 
 	mu sync.Mutex
-	// seen counts the validated exchanges by "METHOD /path template".
-	seen map[string]int
+	// seen counts the validated exchanges by "METHOD /path template";
+	// succeeded those of them answered 2xx that matched the document.
+	seen, succeeded map[string]int
 }
 
 // Load reads raw (a served document), checks that it is valid OpenAPI and
@@ -59,7 +60,7 @@ func Load(t testing.TB, raw []byte) *Validator {
 	if err != nil {
 		t.Fatalf("openapi: %v", err)
 	}
-	return &Validator{Doc: doc, router: router, seen: map[string]int{}}
+	return &Validator{Doc: doc, router: router, seen: map[string]int{}, succeeded: map[string]int{}}
 }
 
 // Of is the validator of d.
@@ -117,8 +118,11 @@ func (v *Validator) Handler(t testing.TB, h http.Handler) http.Handler {
 		if r.Context().Err() != nil {
 			return // the client left (a long poll at shutdown): no one reads the answer
 		}
-		if msg := v.check(probe, body, route, params, rec); msg != "" {
+		msg := v.check(probe, body, route, params, rec)
+		if msg != "" {
 			t.Errorf("openapi: %s %s (%s %s): %s", r.Method, r.URL.RequestURI(), strings.ToUpper(route.Method), route.Path, msg)
+		} else if rec.status >= 200 && rec.status < 300 {
+			v.count(v.succeeded, route)
 		}
 	})
 }
@@ -137,9 +141,7 @@ func (v *Validator) check(req *http.Request, body []byte, route *routers.Route, 
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
 	reqErr := openapi3filter.ValidateRequest(context.Background(), in)
-	v.mu.Lock()
-	v.seen[strings.ToUpper(route.Method)+" "+route.Path]++
-	v.mu.Unlock()
+	v.count(v.seen, route)
 	if reqErr != nil && rec.status < 400 {
 		return fmt.Sprintf("the server answered %d to a request the document refuses: %v", rec.status, reqErr)
 	}
@@ -170,12 +172,26 @@ func authenticated(_ context.Context, in *openapi3filter.AuthenticationInput) er
 	return fmt.Errorf("security scheme %q is not one the validator knows", in.SecuritySchemeName)
 }
 
+func (v *Validator) count(m map[string]int, route *routers.Route) {
+	v.mu.Lock()
+	m[strings.ToUpper(route.Method)+" "+route.Path]++
+	v.mu.Unlock()
+}
+
 // Seen is how many exchanges were validated, by "METHOD /path template".
-func (v *Validator) Seen() map[string]int {
+func (v *Validator) Seen() map[string]int { return v.copyOf(v.seen) }
+
+// Succeeded is how many exchanges were answered with a success (2xx) that
+// matched the document, by "METHOD /path template": what a coverage test
+// counts, since a refusal (a 404, a 409) does not exercise an operation's
+// documented answer.
+func (v *Validator) Succeeded() map[string]int { return v.copyOf(v.succeeded) }
+
+func (v *Validator) copyOf(m map[string]int) map[string]int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	out := make(map[string]int, len(v.seen))
-	for k, n := range v.seen {
+	out := make(map[string]int, len(m))
+	for k, n := range m {
 		out[k] = n
 	}
 	return out
