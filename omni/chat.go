@@ -1,12 +1,14 @@
 package omni
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -112,6 +114,15 @@ func newChatDomain(db *store.DB, autoAck AutoAckRule) *chatDomain {
 			return err
 		},
 	}
+}
+
+// connectionFirst sorts a business connection's update before other
+// envelopes.
+func connectionFirst(env *Envelope) int {
+	if env.EventType == EventConnectionUpdated {
+		return 0
+	}
+	return 1
 }
 
 // retryConcurrency is how many envelopes receiver.retry applies at once:
@@ -220,6 +231,12 @@ func (c *Chat) handleFlowBatch(ctx context.Context, msgs []queue.Message) []erro
 	if len(items) == 0 {
 		return errs
 	}
+	// A business connection goes before the batch's messages: they may
+	// need it, and envelopes of different order keys have no order to keep
+	// (those of one key keep theirs: the sort is stable).
+	slices.SortStableFunc(items, func(a, b *flowItem) int {
+		return cmp.Compare(connectionFirst(a.env), connectionFirst(b.env))
+	})
 	bctx, batch := batchSpan(ctx, len(items))
 	var link context.Context
 	if batch.IsRecording() {

@@ -121,6 +121,30 @@ func TestBusinessMessageWaitsForItsConnection(t *testing.T) {
 		nothingStuck(t, db)
 	})
 
+	t.Run("a connection taken in one batch with its first message is applied before it", func(t *testing.T) {
+		t.Parallel()
+		// Both wait before the chat role starts, so that one receive takes
+		// them, the message first; the clock stands still, so a message
+		// that waited would wait for good.
+		db, _ := storetest.NewWithClock(t)
+		in := NewInbound(InboundOpts{DB: db, Token: inboxToken, WebhookSecret: testSecret})
+		for _, body := range [][]byte{
+			update(1, "business_message", businessMessage("bc-batch", 3001, 3001, 10, "hello?", t0)),
+			update(2, "business_connection", businessConnection("bc-batch", 900, true, true, t0)),
+		} {
+			if _, err := in.enqueue(context.Background(), envelopeOf(t, body, db.Now())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runWorker(t, NewChat(ChatOpts{DB: db, AutoAckText: "thanks, we are on it", PollInterval: 20 * time.Millisecond}))
+		testwait.Until(t, 10*time.Second, "", func() bool { return len(messagesOf(t, db, "3001")) == 2 },
+			func() string { return fmt.Sprintf("thread %+v", messagesOf(t, db, "3001")) })
+		if n := count(t, db, `select count(*) from queue_failures where queue = ?`, QueueReceiverFlow); n != 0 {
+			t.Errorf("%d failed attempts on %s, want none: the message waited", n, QueueReceiverFlow)
+		}
+		nothingStuck(t, db)
+	})
+
 	t.Run("the thread's later messages wait behind the first, in order", func(t *testing.T) {
 		t.Parallel()
 		db := storetest.New(t)

@@ -89,12 +89,44 @@ type Connection struct {
 }
 
 // ConnectBusiness connects owner's business account to the chat bot, with
-// the right to reply.
+// the right to reply, and returns once the chat platform has applied the
+// connection: a customer's message written then is answered at once (one
+// taken before its connection waits for it).
 func (a *App) ConnectBusiness(t T, owner *User) Connection {
 	t.Helper()
 	var c Connection
 	a.Do(t, http.MethodPost, "/admin/api/sandbox/business-connections", map[string]any{"ownerId": owner.ID, "firstName": owner.FirstName}, &c)
+	a.WaitFor(t, inboxSettled())
 	return c
+}
+
+// inboxSettled holds once the chat bot's updates are all delivered to the
+// instance (the sandbox has none pending for its webhook) and the chat
+// platform has applied every one it took (receiver.flow has none ready or
+// in hand).
+func inboxSettled() Condition {
+	return Condition{
+		What: "the chat bot's updates delivered and applied",
+		Check: func(ctx context.Context, a *App) (bool, string, error) {
+			var info struct {
+				Result struct {
+					URL     string `json:"url"`
+					Pending int    `json:"pending_update_count"`
+				} `json:"result"`
+			}
+			if err := a.Get(ctx, "/sandbox/telegram/bot"+a.SandboxBotTokens.Chat+"/getWebhookInfo", &info); err != nil {
+				return false, "", err
+			}
+			if info.Result.URL == "" || info.Result.Pending > 0 {
+				return false, fmt.Sprintf("webhook %q, %d updates pending", info.Result.URL, info.Result.Pending), nil
+			}
+			q, err := a.queue(ctx, receiverFlow)
+			if err != nil {
+				return false, "", err
+			}
+			return q.Ready+q.InFlight == 0, fmt.Sprintf("%s: %d ready, %d in hand", receiverFlow, q.Ready, q.InFlight), nil
+		},
+	}
 }
 
 // WriteToBusiness is the user, as a customer, writing text to the business

@@ -72,3 +72,46 @@ func notFound(err error) (bool, string, error) {
 	}
 	return false, "", err
 }
+
+// receiverFlow is the chat platform's queue of inbound updates.
+const receiverFlow = "receiver.flow"
+
+// Queue is a queue's counts by state.
+type Queue struct {
+	Name     string `json:"name"`
+	Ready    int64  `json:"ready"`
+	Delayed  int64  `json:"delayed"`
+	Held     int64  `json:"held"`
+	InFlight int64  `json:"inFlight"`
+	Dead     int64  `json:"dead"`
+}
+
+func (a *App) queue(ctx context.Context, name string) (Queue, error) {
+	var res struct {
+		Queues []Queue `json:"queues"`
+	}
+	if err := a.Get(ctx, "/admin/api/queues", &res); err != nil {
+		return Queue{}, err
+	}
+	for _, q := range res.Queues {
+		if q.Name == name {
+			return q, nil
+		}
+	}
+	return Queue{}, fmt.Errorf("no queue %s", name)
+}
+
+// QueueIs holds once the queue name is as holds says, such as "nothing
+// ready or in hand" (q.Ready+q.InFlight == 0).
+func QueueIs(name, what string, holds func(q Queue) bool) Condition {
+	return Condition{
+		What: fmt.Sprintf("queue %s: %s", name, what),
+		Check: func(ctx context.Context, a *App) (bool, string, error) {
+			q, err := a.queue(ctx, name)
+			if err != nil {
+				return false, "", err
+			}
+			return holds(q), fmt.Sprintf("%d ready, %d delayed, %d held, %d in hand, %d dead", q.Ready, q.Delayed, q.Held, q.InFlight, q.Dead), nil
+		},
+	}
+}

@@ -49,6 +49,8 @@ func (v *Validator) Transport(t testing.TB, rt http.RoundTripper) http.RoundTrip
 		rec.body.Write(answer)
 		if msg := v.check(probe, body, route, params, rec); msg != "" {
 			t.Errorf("openapi: %s %s (%s %s): %s", r.Method, r.URL.RequestURI(), strings.ToUpper(route.Method), route.Path, msg)
+		} else if resp.StatusCode/100 == 2 {
+			v.count(v.succeeded, route)
 		}
 		return resp, nil
 	})
