@@ -23,3 +23,7 @@ func SenderSetting(db *DB, name string) (string, error) {
 	err = c.QueryRow(ctx, "select current_setting($1)", name).Scan(&v)
 	return v, err
 }
+
+// LeaseReleased is a channel closed at the next release of the lease name
+// in db's process (leaseWakes).
+func LeaseReleased(db *DB, name string) <-chan struct{} { return db.leases.wait(name) }

@@ -82,10 +82,14 @@ func (db *DB) RenewLease(ctx context.Context, name, owner string, ttl time.Durat
 
 // ReleaseLease gives up owner's lease; releasing a lease one does not hold is a no-op.
 func (db *DB) ReleaseLease(ctx context.Context, name, owner string) error {
-	return db.Tx(ctx, func(tx *sql.Tx) error {
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `delete from store_leases where name = ? and owner = ?`, name, owner)
 		return err
 	})
+	if err == nil {
+		db.leases.released(name)
+	}
+	return err
 }
 
 // Lease is a lease as stored: who took it last and until when. A lease whose
@@ -227,6 +231,9 @@ func (r *exclusive) run(ctx context.Context, fn ExclusiveFunc) error {
 		failing    bool   // the last attempt to take the lease failed (logged once)
 	)
 	for ctx.Err() == nil {
+		// A release in this process wakes the standby at once (leaseWakes);
+		// the channel is taken before the look so that none is missed.
+		released := r.db.leases.wait(r.name)
 		prev, held, at, err := r.take(ctx)
 		switch {
 		case err != nil:
@@ -262,7 +269,13 @@ func (r *exclusive) run(ctx context.Context, fn ExclusiveFunc) error {
 			}
 			continue // the lease was lost: take it again, or stand by
 		}
-		if !Sleep(ctx, r.poll) {
+		t := time.NewTimer(r.poll)
+		select {
+		case <-t.C:
+		case <-released:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
 			return nil
 		}
 	}
@@ -449,6 +462,7 @@ func (r *exclusive) release(ctx context.Context) {
 		r.log.Warn("could not release the lease; a standby takes over when it expires", slog.Any("err", err))
 		return
 	}
+	r.db.leases.released(r.name)
 	r.log.Info("lease released")
 }
 

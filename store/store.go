@@ -106,6 +106,7 @@ type DB struct {
 	ready      readiness
 	ext        sync.Map  // Ext's values, by their owners' keys
 	notes      *notifier // broadcasts to other instances; nil on SQLite
+	leases     leaseWakes
 }
 
 // Open opens the database opts.Path names. A postgres:// URL opens that
