@@ -217,9 +217,7 @@ func TestEveryAdminOperationValidated(t *testing.T) {
 	// message taken before it waits for it, and (rarely, when the two are
 	// applied at once) for its next look, which the still clock never brings.
 	testwait.Until(t, 30*time.Second, "the business connection applied", func() bool {
-		var n int
-		err := w.db.Read.QueryRow(`select count(*) from omni_business_connections`).Scan(&n)
-		return err == nil && n == 1
+		return w.count(t, `select count(*) from omni_business_connections`) == 1
 	})
 	c.must("GET", "/omni/rules/auto-ack", "", 200, nil)
 	c.must("PUT", "/omni/rules/auto-ack", `{"enabled":true,"text":"Thanks, we will answer soon."}`, 200, nil)

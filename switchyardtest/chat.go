@@ -6,38 +6,17 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
+
+	"switchyard/omni"
 )
 
 // Thread is a conversation of the chat platform's inbox with one contact.
-type Thread struct {
-	ID                   int64  `json:"id"`
-	Channel              string `json:"channel"`
-	BusinessConnectionID string `json:"businessConnectionId"`
-	State                string `json:"state"`
-	Unread               int    `json:"unread"`
-	Contact              struct {
-		ID             int64  `json:"id"`
-		ProviderUserID string `json:"providerUserId"`
-		Name           string `json:"name"`
-		Reachable      bool   `json:"reachable"`
-	} `json:"contact"`
-}
+type Thread = omni.Thread
 
-// ChatMessage is a message of a thread, in or out, with its delivery state.
-type ChatMessage struct {
-	ID        int64  `json:"id"`
-	ThreadID  int64  `json:"threadId"`
-	Direction string `json:"direction"` // inbound or outbound
-	Origin    string `json:"origin"`
-	Text      string `json:"text"`
-	// Status is received for a message in; queued, sending, retrying,
-	// sent or failed for one out.
-	Status        string     `json:"status"`
-	Attempts      int        `json:"attempts"`
-	SentAt        *time.Time `json:"sentAt"`
-	FailureReason string     `json:"failureReason"`
-}
+// ChatMessage is a message of a thread, inbound or outbound, with its
+// delivery status (received for a message in; queued, sending, retrying,
+// sent or failed for one out).
+type ChatMessage = omni.OmniMessage
 
 // threadOf is the customer's thread, when there is one.
 func (a *App) threadOf(ctx context.Context, customer *User) (Thread, bool, error) {
@@ -81,34 +60,38 @@ func ThreadOpened(customer *User) Condition {
 }
 
 // ThreadMessages are a thread's messages, oldest first.
-func (a *App) ThreadMessages(t T, threadID int64) []ChatMessage {
+func (a *App) ThreadMessages(t T, threadID omni.ThreadID) []ChatMessage {
 	t.Helper()
 	var res struct {
 		Messages []ChatMessage `json:"messages"`
 	}
-	a.Do(t, http.MethodGet, "/admin/api/omni/threads/"+strconv.FormatInt(threadID, 10)+"/messages", nil, &res)
+	a.Do(t, http.MethodGet, threadPath(threadID)+"/messages", nil, &res)
 	return res.Messages
 }
 
 // Reply is an operator's reply in the thread; it returns the message's id.
 // The outbound role delivers it to the customer.
-func (a *App) Reply(t T, threadID int64, text string) int64 {
+func (a *App) Reply(t T, threadID omni.ThreadID, text string) omni.MessageID {
 	t.Helper()
 	var res struct {
-		MessageID int64 `json:"messageId"`
+		MessageID omni.MessageID `json:"messageId"`
 	}
-	a.Do(t, http.MethodPost, "/admin/api/omni/threads/"+strconv.FormatInt(threadID, 10)+"/messages", map[string]string{"text": text}, &res)
+	a.Do(t, http.MethodPost, threadPath(threadID)+"/messages", map[string]string{"text": text}, &res)
 	return res.MessageID
 }
 
-func (a *App) chatMessage(ctx context.Context, id int64) (ChatMessage, error) {
+func threadPath(id omni.ThreadID) string {
+	return "/admin/api/omni/threads/" + strconv.FormatInt(int64(id), 10)
+}
+
+func (a *App) chatMessage(ctx context.Context, id omni.MessageID) (ChatMessage, error) {
 	var m ChatMessage
-	err := a.Get(ctx, "/admin/api/omni/messages/"+strconv.FormatInt(id, 10), &m)
+	err := a.Get(ctx, "/admin/api/omni/messages/"+strconv.FormatInt(int64(id), 10), &m)
 	return m, err
 }
 
 // ChatMessage is the message id with its delivery state now.
-func (a *App) ChatMessage(t T, id int64) ChatMessage {
+func (a *App) ChatMessage(t T, id omni.MessageID) ChatMessage {
 	t.Helper()
 	m, err := a.chatMessage(t.Context(), id)
 	if err != nil {
@@ -119,7 +102,7 @@ func (a *App) ChatMessage(t T, id int64) ChatMessage {
 
 // MessageStatus holds once the chat message id has status (sent, failed,
 // retrying, …).
-func MessageStatus(id int64, status string) Condition {
+func MessageStatus(id omni.MessageID, status omni.Status) Condition {
 	return Condition{
 		What: fmt.Sprintf("chat message %d %s", id, status),
 		Check: func(ctx context.Context, a *App) (bool, string, error) {

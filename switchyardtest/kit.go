@@ -25,6 +25,7 @@ package switchyardtest
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -156,7 +157,7 @@ func Start(t T, opts Options) *App {
 		}
 	})
 
-	ready, err := readReady(stdout, orDefault(opts.StartTimeout, time.Minute))
+	ready, err := readReady(stdout, cmp.Or(opts.StartTimeout, time.Minute))
 	if err != nil {
 		if serr := stop(); serr != nil {
 			err = fmt.Errorf("%w (%w)", err, serr)
@@ -173,7 +174,7 @@ func Start(t T, opts Options) *App {
 	return &App{
 		Ready:  ready,
 		client: &http.Client{Transport: transport, Timeout: time.Minute},
-		wait:   orDefault(opts.Wait, 30*time.Second),
+		wait:   cmp.Or(opts.Wait, 30*time.Second),
 		manual: !opts.RealClock,
 	}
 }
@@ -224,13 +225,6 @@ func readReady(stdout io.Reader, timeout time.Duration) (Ready, error) {
 	case <-time.After(timeout):
 		return Ready{}, fmt.Errorf("not ready within %s", timeout)
 	}
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // APIError is an answer outside 2xx, with the instance's JSON error when it

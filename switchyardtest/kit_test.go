@@ -138,7 +138,7 @@ func greetAndBind(t testing.TB, app *switchyardtest.App) {
 	app.WaitFor(t, switchyardtest.BotSaid(boris, "Регистрация подтверждена"))
 	boris.Press(t, "Да, это мой аккаунт")
 	app.WaitFor(t, switchyardtest.Bound(boris))
-	if f := app.Funnel(t, boris); f.StageName != "registered" || f.UID == nil || *f.UID != acc.UID {
+	if f := app.Funnel(t, boris); f.Name != "registered" || f.UID == nil || *f.UID != acc.UID {
 		t.Errorf("the funnel after binding: %+v, want registered on account %d", f, acc.UID)
 	}
 }
@@ -155,7 +155,7 @@ func tenRetries(t testing.TB, app *switchyardtest.App) {
 		}
 		ev := app.OutboxEvent(t, id)
 		if ev.NextRetryAt == nil {
-			t.Fatalf("after attempt %d: %s with no next retry", n, ev)
+			t.Fatalf("after attempt %d: %s with no next retry", n, switchyardtest.DescribeEvent(ev))
 		}
 		gap := ev.NextRetryAt.Sub(app.Now(t))
 		if want := time.Minute << n; gap != want {
@@ -167,7 +167,7 @@ func tenRetries(t testing.TB, app *switchyardtest.App) {
 	app.WaitFor(t, switchyardtest.EventDead(id))
 	ev := app.OutboxEvent(t, id)
 	if ev.Attempts != 10 || ev.LastError == nil || !strings.Contains(*ev.LastError, "leaderUid") {
-		t.Errorf("the dead event: %s, want 10 attempts and the payload's error", ev)
+		t.Errorf("the dead event: %s, want 10 attempts and the payload's error", switchyardtest.DescribeEvent(ev))
 	}
 	if moved := app.Now(t).Sub(from); moved < waited {
 		t.Errorf("the clock moved %s, less than the %s of backoff", moved, waited)

@@ -1,6 +1,7 @@
 package switchyardtest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -64,12 +65,9 @@ func (a *App) UpsertIdentityUser(t T, u IdentityUser) Envelope {
 // envelope is u as the identity service's event at now.
 func (u IdentityUser) envelope(now time.Time) (Envelope, error) {
 	p := referral.UserUpsertedPayload{
-		UserId: u.UserID, Type: or(u.Type, "Investor"), Status: or(u.Status, "Active"),
-		Name:        &referral.FullName{FirstName: or(u.FirstName, "Test"), LastName: or(u.LastName, "User")},
-		PhoneNumber: or(u.Phone, "+79990000000"), RegisteredVia: "Sms", Version: u.Version,
-	}
-	if p.Version == 0 {
-		p.Version = 1
+		UserId: u.UserID, Type: cmp.Or(u.Type, "Investor"), Status: cmp.Or(u.Status, "Active"),
+		Name:        &referral.FullName{FirstName: cmp.Or(u.FirstName, "Test"), LastName: cmp.Or(u.LastName, "User")},
+		PhoneNumber: cmp.Or(u.Phone, "+79990000000"), RegisteredVia: "Sms", Version: cmp.Or(u.Version, 1),
 	}
 	if u.ReferrerURL != "" {
 		ref := u.ReferrerURL
@@ -92,13 +90,6 @@ func (u IdentityUser) envelope(now time.Time) (Envelope, error) {
 
 // correlations number the kit's correlation ids.
 var correlations atomic.Int64
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
 
 // Publish appends record (any JSON object; an Envelope for the referral
 // topics) to topic, keyed by its aggregateId.
@@ -152,7 +143,7 @@ const DefaultTenant = "00000000-0000-4000-8000-000000000001"
 // CreateLink creates a referral link and returns its id.
 func (a *App) CreateLink(t T, l Link) string {
 	t.Helper()
-	l.TenantID, l.Channel = or(l.TenantID, DefaultTenant), or(l.Channel, "web")
+	l.TenantID, l.Channel = cmp.Or(l.TenantID, DefaultTenant), cmp.Or(l.Channel, "web")
 	var res struct {
 		ID string `json:"id"`
 	}

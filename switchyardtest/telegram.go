@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"switchyard/omni"
 )
 
 // Bot names one of the instance's two bots on the sandbox.
@@ -120,11 +122,11 @@ func inboxSettled() Condition {
 			if info.Result.URL == "" || info.Result.Pending > 0 {
 				return false, fmt.Sprintf("webhook %q, %d updates pending", info.Result.URL, info.Result.Pending), nil
 			}
-			q, err := a.queue(ctx, receiverFlow)
+			q, err := a.queue(ctx, omni.QueueReceiverFlow)
 			if err != nil {
 				return false, "", err
 			}
-			return q.Ready+q.InFlight == 0, fmt.Sprintf("%s: %d ready, %d in hand", receiverFlow, q.Ready, q.InFlight), nil
+			return q.Ready+q.InFlight == 0, fmt.Sprintf("%s: %d ready, %d in hand", omni.QueueReceiverFlow, q.Ready, q.InFlight), nil
 		},
 	}
 }

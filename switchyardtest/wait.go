@@ -73,9 +73,6 @@ func notFound(err error) (bool, string, error) {
 	return false, "", err
 }
 
-// receiverFlow is the chat platform's queue of inbound updates.
-const receiverFlow = "receiver.flow"
-
 // Queue is a queue's counts by state.
 type Queue struct {
 	Name     string `json:"name"`

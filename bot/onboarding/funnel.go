@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -61,6 +62,12 @@ func (s Stage) String() string {
 		return "stage_" + strconv.Itoa(int(s))
 	}
 	return stageNames[s]
+}
+
+// StageNamed is the stage whose String is name.
+func StageNamed(name string) (Stage, bool) {
+	i := slices.Index(stageNames[:], name)
+	return Stage(i), i >= 0
 }
 
 // Title is the stage as the bot names it to the user.
