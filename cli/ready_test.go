@@ -440,12 +440,29 @@ func docExample(t *testing.T, heading string) string {
 
 func TestTestingDocExample(t *testing.T) {
 	t.Parallel()
+	runDocExample(t, "## Starting Switchyard from a test", "ok: event 1 emitted, pending, acknowledged")
+}
+
+// TestTestingDocClockExample runs docs/testing.md's example of a referral
+// whose owner arrives 20 minutes late, on a manual clock, against the
+// built binary.
+func TestTestingDocClockExample(t *testing.T) {
+	t.Parallel()
+	runDocExample(t, "## Example: a referral whose owner arrives 20 minutes late",
+		"ok: bonded once the owner arrived; the store's clock reads 2026-01-01T09:4")
+}
+
+// runDocExample runs the sh block under heading in docs/testing.md with the
+// built binary first on PATH and a TMPDIR of its own, and checks that it
+// ends well (printing want) and leaves nothing in TMPDIR.
+func runDocExample(t *testing.T, heading, want string) {
+	t.Helper()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("docs/testing.md's example needs curl: install it")
 	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "example.sh")
-	if err := os.WriteFile(script, []byte(docExample(t, "## Starting Switchyard from a test")), 0o600); err != nil {
+	if err := os.WriteFile(script, []byte(docExample(t, heading)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
@@ -459,41 +476,7 @@ func TestTestingDocExample(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "ok: event 1 emitted, pending, acknowledged") {
-		t.Fatalf("the example failed: %v\n%s", err, out)
-	}
-	left, err := os.ReadDir(tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(left) > 0 {
-		t.Fatalf("the example left %s in TMPDIR", left[0].Name())
-	}
-}
-
-// TestTestingDocClockExample runs docs/testing.md's example of a referral
-// whose owner arrives 20 minutes late, on a manual clock, against the
-// built binary.
-func TestTestingDocClockExample(t *testing.T) {
-	t.Parallel()
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Fatal("docs/testing.md's example needs curl: install it")
-	}
-	dir := t.TempDir()
-	script := filepath.Join(dir, "example.sh")
-	if err := os.WriteFile(script, []byte(docExample(t, "## Example: a referral whose owner arrives 20 minutes late")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tmp := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second*testwait.Slack)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "sh", script)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binary(t))+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+tmp)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "ok: bonded once the owner arrived; the store's clock reads 2026-01-01T09:4") {
+	if err != nil || !strings.Contains(string(out), want) {
 		t.Fatalf("the example failed: %v\n%s", err, out)
 	}
 	left, err := os.ReadDir(tmp)
