@@ -39,12 +39,20 @@ type browserApp struct {
 	db    *store.DB
 }
 
-func startBrowserApp(t *testing.T) *browserApp {
+func startBrowserApp(t *testing.T) *browserApp { return startServedApp(t) }
+
+// startServedApp wires the whole application with serve's command line args
+// on a new database and serves it on an httptest server, its workers
+// running, until the test ends.
+func startServedApp(t *testing.T, args ...string) *browserApp {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := parseConfig("serve", []string{"--db", storetest.Source(t), "--sync", "NORMAL"},
+	cfg, err := parseConfig("serve", append([]string{"--db", storetest.Source(t), "--sync", "NORMAL"}, args...),
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkClock(cfg); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
@@ -65,8 +73,8 @@ func startBrowserApp(t *testing.T) *browserApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every documented admin API call a browser test makes is validated
-	// against the served OpenAPI document.
+	// Every documented admin API call a test makes is validated against
+	// the served OpenAPI document (the clock's routes with a manual clock).
 	srv.Config.Handler = openapitest.Served(t, app.handler).Handler(t, app.handler)
 	srv.Start()
 	workCtx, stopWork := context.WithCancel(ctx)

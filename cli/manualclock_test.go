@@ -5,75 +5,26 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"switchyard/openapi/openapitest"
 	"switchyard/store/storetest"
 )
 
 // clockApp is a wired Switchyard serving on an httptest server, started
-// with serve's command line args, as startBrowserApp does.
+// with serve's command line args (startServedApp).
 type clockApp struct {
 	base, token string
 }
 
 func startClockApp(t *testing.T, args ...string) *clockApp {
 	t.Helper()
-	ctx := context.Background()
-	cfg, err := parseConfig("serve", append([]string{"--db", storetest.Source(t), "--sync", "NORMAL"}, args...),
-		func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := checkClock(cfg); err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	db, err := openStore(ctx, cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sec, err := loadSecrets(ctx, db, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(nil)
-	base := "http://" + srv.Listener.Addr().String()
-	app, err := wire(ctx, cfg, db, sec, log, urls{self: base, public: base})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Every exchange on a documented route is validated against the served
-	// OpenAPI document — the clock's routes with a manual clock.
-	srv.Config.Handler = openapitest.Served(t, app.handler).Handler(t, app.handler)
-	srv.Start()
-	workCtx, stopWork := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, w := range app.workers {
-		wg.Go(func() { _ = w.Run(workCtx) })
-	}
-	t.Cleanup(func() {
-		for _, f := range app.onShutdown {
-			f()
-		}
-		stopWork()
-		wg.Wait()
-		srv.Close()
-		app.close()
-		_ = db.Close()
-	})
-	return &clockApp{base: base, token: sec.AdminToken}
+	a := startServedApp(t, args...)
+	return &clockApp{base: a.base, token: a.token}
 }
 
 // call calls the admin API with the token; a body goes as JSON.
