@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"switchyard/store"
 	"switchyard/store/storetest"
 )
 
@@ -182,35 +181,16 @@ func TestThreadWindowPlans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan := explain(t, db, q, args)
+		plan := storetest.SQLitePlan(t, db, q, args...)
 		if strings.Contains(plan, "TEMP B-TREE") && f.Search == "" {
 			t.Errorf("window %+v sorts:\n%s", f, plan)
 		}
 		t.Logf("window %+v:\n%s", f, plan)
 		q, args, _ = f.countSQL(0)
-		plan = explain(t, db, q, args)
+		plan = storetest.SQLitePlan(t, db, q, args...)
 		if f.Search == "" && !strings.Contains(plan, "COVERING INDEX") {
 			t.Errorf("count %+v reads rows:\n%s", f, plan)
 		}
 		t.Logf("count %+v:\n%s", f, plan)
 	}
-}
-
-func explain(t *testing.T, db *store.DB, q string, args []any) string {
-	t.Helper()
-	rows, err := db.Read.Query(`explain query plan `+q, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var b strings.Builder
-	for rows.Next() {
-		var id, parent, notused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		b.WriteString(detail + "\n")
-	}
-	return b.String()
 }

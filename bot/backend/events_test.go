@@ -257,36 +257,17 @@ func TestEventWindowPlans(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			plan := queryPlan(t, db, q, args)
+			plan := storetest.SQLitePlan(t, db, q, args...)
 			if strings.Contains(plan, "TEMP B-TREE") && name != "id search" && name != "either" {
 				t.Errorf("%s window %+v sorts:\n%s", name, w, plan)
 			}
 			t.Logf("%s window before=%d after=%d:\n%s", name, w.BeforeID, w.AfterID, plan)
 		}
 		q, args, _ := f.countSQL(0)
-		plan := queryPlan(t, db, q, args)
-		if strings.Contains(plan, "SCAN bot_event_outbox\n") {
+		plan := storetest.SQLitePlan(t, db, q, args...)
+		if strings.Contains(plan+"; ", "SCAN bot_event_outbox; ") {
 			t.Errorf("%s count scans the table:\n%s", name, plan)
 		}
 		t.Logf("%s count:\n%s", name, plan)
 	}
-}
-
-func queryPlan(t *testing.T, db *store.DB, q string, args []any) string {
-	t.Helper()
-	rows, err := db.Read.Query(`explain query plan `+q, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var b strings.Builder
-	for rows.Next() {
-		var id, parent, notused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		b.WriteString(detail + "\n")
-	}
-	return b.String()
 }

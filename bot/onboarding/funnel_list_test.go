@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"switchyard/store"
+	"switchyard/store/storetest"
 )
 
 // The funnel's users in windows, changed last first, at depth and by
@@ -88,22 +89,11 @@ func TestFunnelWindows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rows, err := e.db.Read.Query(`explain query plan `+q, args...)
-			if err != nil {
-				t.Fatal(err)
+			plan := storetest.SQLitePlan(t, e.db, q, args...)
+			if strings.Contains(plan, "TEMP B-TREE") || !strings.Contains(plan, "bot_funnel_") {
+				t.Errorf("%+v sorts or scans:\n%s", f, plan)
 			}
-			var plan strings.Builder
-			for rows.Next() {
-				var id, parent, notused int
-				var detail string
-				_ = rows.Scan(&id, &parent, &notused, &detail)
-				plan.WriteString(detail + "\n")
-			}
-			rows.Close()
-			if strings.Contains(plan.String(), "TEMP B-TREE") || !strings.Contains(plan.String(), "bot_funnel_") {
-				t.Errorf("%+v sorts or scans:\n%s", f, plan.String())
-			}
-			t.Logf("%+v:\n%s", f, plan.String())
+			t.Logf("%+v:\n%s", f, plan)
 		}
 	})
 }
