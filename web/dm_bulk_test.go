@@ -4,22 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gorilla/mux"
-
 	"switchyard/bot/backend"
 	"switchyard/bot/contract"
 	"switchyard/bot/onboarding"
 	"switchyard/queue"
-	"switchyard/store/storetest"
-	"switchyard/telegram/fakebot"
 	"switchyard/testwait"
-	"switchyard/web"
 )
 
 // Failed DMs are sent again in bulk from the Bot page: the chosen ones
@@ -27,26 +21,8 @@ import (
 func TestFailedDMsInBulk(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := storetest.New(t)
-	fake := fakebot.New(fakebot.Opts{})
-	fakeSrv := httptest.NewServer(fake)
-	t.Cleanup(func() { fakeSrv.Close(); fake.Close() })
-	const secret = "s3cret-shared-with-the-bot-0123456789"
-	be := backend.New(backend.Opts{DB: db, Secret: secret, BotUsername: "console_test_bot", PollInterval: 20 * time.Millisecond})
-	r := mux.NewRouter()
-	be.Routes(r)
-	beSrv := httptest.NewServer(r)
-	t.Cleanup(beSrv.Close)
-	t.Cleanup(be.Shutdown)
-	ob, err := onboarding.New(onboarding.Opts{DB: db, BackendURL: beSrv.URL, BackendSecret: secret,
-		TelegramToken: fakebot.Token(4646), TelegramAPIURL: fakeSrv.URL, CabinetURL: "https://cabinet.example/signup",
-		PollInterval: 20 * time.Millisecond, SenderPollInterval: 20 * time.Millisecond, LongPollWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runWorker(t, ob.Run)
-	qa := queue.NewAdmin(queue.AdminOpts{DB: db})
-	c := newConsole(t, web.Options{DB: db, Queues: qa, Outbox: be.Outbox(), Funnel: onboarding.NewStats(db), Onboarding: ob})
+	d := newDMConsole(t, 4646)
+	c, be, qa := d.c, d.be, d.qa
 
 	// Three users who never started the bot: the DMs their wallets ask for
 	// are refused ("chat not found") and dead-lettered.

@@ -27,27 +27,8 @@ import (
 func TestOnboardingDMsOnTheQueuesPage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := storetest.New(t)
-	fake := fakebot.New(fakebot.Opts{})
-	fakeSrv := httptest.NewServer(fake)
-	t.Cleanup(func() { fakeSrv.Close(); fake.Close() })
-	const secret = "s3cret-shared-with-the-bot-0123456789"
-	be := backend.New(backend.Opts{DB: db, Secret: secret, BotUsername: "console_test_bot", PollInterval: 20 * time.Millisecond})
-	r := mux.NewRouter()
-	be.Routes(r)
-	beSrv := httptest.NewServer(r)
-	t.Cleanup(beSrv.Close)
-	t.Cleanup(be.Shutdown) // runs first: ends the long polls
-	token := fakebot.Token(4343)
-	ob, err := onboarding.New(onboarding.Opts{DB: db, BackendURL: beSrv.URL, BackendSecret: secret,
-		TelegramToken: token, TelegramAPIURL: fakeSrv.URL, CabinetURL: "https://cabinet.example/signup",
-		PollInterval: 20 * time.Millisecond, SenderPollInterval: 20 * time.Millisecond, LongPollWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runWorker(t, ob.Run)
-	c := newConsole(t, web.Options{DB: db, Queues: queue.NewAdmin(queue.AdminOpts{DB: db}), Outbox: be.Outbox(),
-		Funnel: onboarding.NewStats(db), Onboarding: ob})
+	d := newDMConsole(t, 4343)
+	c, be, fake, token := d.c, d.be, d.fake, d.token
 
 	// Carol never started the bot: the DM her wallet asks for is refused.
 	u, err := be.CreateUser(ctx, backend.NewUser{Link: "carol", Name: "Carol", TelegramID: "6003"})
@@ -100,4 +81,40 @@ func botSaid(fake *fakebot.Server, token string, chat int64, text string) bool {
 		}
 	}
 	return false
+}
+
+// dmConsole is a console over a bot backend and an onboarding bot that
+// sends its DMs to a fake Bot API, the bot running.
+type dmConsole struct {
+	c     *console
+	be    *backend.Service
+	qa    *queue.Admin
+	fake  *fakebot.Server
+	token string
+}
+
+func newDMConsole(t *testing.T, botID int64) dmConsole {
+	t.Helper()
+	db := storetest.New(t)
+	fake := fakebot.New(fakebot.Opts{})
+	fakeSrv := httptest.NewServer(fake)
+	t.Cleanup(func() { fakeSrv.Close(); fake.Close() })
+	const secret = "s3cret-shared-with-the-bot-0123456789"
+	be := backend.New(backend.Opts{DB: db, Secret: secret, BotUsername: "console_test_bot", PollInterval: 20 * time.Millisecond})
+	r := mux.NewRouter()
+	be.Routes(r)
+	beSrv := httptest.NewServer(r)
+	t.Cleanup(beSrv.Close)
+	t.Cleanup(be.Shutdown) // runs first: ends the long polls
+	token := fakebot.Token(botID)
+	ob, err := onboarding.New(onboarding.Opts{DB: db, BackendURL: beSrv.URL, BackendSecret: secret,
+		TelegramToken: token, TelegramAPIURL: fakeSrv.URL, CabinetURL: "https://cabinet.example/signup",
+		PollInterval: 20 * time.Millisecond, SenderPollInterval: 20 * time.Millisecond, LongPollWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWorker(t, ob.Run)
+	qa := queue.NewAdmin(queue.AdminOpts{DB: db})
+	c := newConsole(t, web.Options{DB: db, Queues: qa, Outbox: be.Outbox(), Funnel: onboarding.NewStats(db), Onboarding: ob})
+	return dmConsole{c: c, be: be, qa: qa, fake: fake, token: token}
 }
